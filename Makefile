@@ -1,0 +1,39 @@
+# The two commands the README promises: `make train` and `make test`. Each sets
+# up whatever is missing first. NP is the number of Horovod workers.
+NP ?= 4
+PYTHON ?= python3.11
+TF_FLAVOR ?= cpu
+VENV := .venv
+BIN := $(VENV)/bin
+DATA_DIR ?= data/tfds
+MODEL_DIR ?= runs/mnist
+TRAIN_FLAGS ?=
+# A hang fails fast instead of eating the whole job's time.
+export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
+
+SETUP_STAMP := $(VENV)/.setup-done
+DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
+
+.PHONY: setup data train test clean
+
+setup: $(SETUP_STAMP)
+
+$(SETUP_STAMP): tools/setup.sh setup.cfg
+	PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+	touch $@
+
+data: $(DATA_STAMP)
+
+$(DATA_STAMP): | $(SETUP_STAMP)
+	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(DATA_DIR)
+
+train: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/horovodrun -np $(NP) -H localhost:$(NP) \
+	  $(BIN)/python -m hvd_mnist.main --data_dir=$(DATA_DIR) --model_dir=$(MODEL_DIR) $(TRAIN_FLAGS)
+
+test: $(SETUP_STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(MODEL_DIR)

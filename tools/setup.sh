@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Creates .venv and installs everything hvd_mnist needs, in the one order that
+# works: TensorFlow first, then Horovod compiled against it, then a check that
+# the build has TensorFlow and Gloo. Each step is skipped when already done, so
+# a second run takes seconds. Why this order: BUILD_NOTES.md.
+#
+#   tools/setup.sh              CPU host: tensorflow-cpu
+#   TF_FLAVOR=gpu tools/setup.sh  GPU host: tensorflow[and-cuda]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3.11}
+TF_FLAVOR=${TF_FLAVOR:-cpu}
+TF_VERSION=2.15.1
+HOROVOD_VERSION=0.28.1
+LOG_DIR=$VENV/setup-logs
+
+# Runs one named step with its output in a log; on failure prints the step's
+# name and the end of its log instead of a wall of pip output.
+step() {
+  local name=$1; shift
+  local log="$LOG_DIR/${name// /_}.log"
+  local start=$SECONDS
+  printf 'setup: %-28s ' "$name"
+  if "$@" >"$log" 2>&1; then
+    echo "ok ($((SECONDS - start)) s)"
+  else
+    echo "FAILED"
+    echo "setup: step '$name' failed; last lines of $log:" >&2
+    tail -n 25 "$log" >&2
+    exit 1
+  fi
+}
+
+case $TF_FLAVOR in
+  cpu) tf_dist=tensorflow-cpu ;;
+  gpu) tf_dist=tensorflow ;;
+  *) echo "setup: TF_FLAVOR must be cpu or gpu, not '$TF_FLAVOR'" >&2; exit 2 ;;
+esac
+
+if ! command -v "$PYTHON" >/dev/null; then
+  echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+fi
+mkdir -p "$LOG_DIR"
+PY=$VENV/bin/python
+PIP=("$PY" -m pip --disable-pip-version-check)
+
+installed_version() {  # prints the installed version of a distribution, or nothing
+  "$PY" - "$1" <<'EOF' 2>/dev/null || true
+import sys
+from importlib.metadata import version
+print(version(sys.argv[1]))
+EOF
+}
+
+if [ "$(installed_version wheel)" = "" ]; then
+  step "upgrade pip and wheel" "${PIP[@]}" install --upgrade pip setuptools wheel
+fi
+
+# TensorFlow, TFDS, absl, pytest and the package itself (editable). setup.cfg
+# holds the pins; the extra picks the TensorFlow flavour.
+if [ "$(installed_version $tf_dist)" != "$TF_VERSION" ] \
+   || [ "$(installed_version hvd_mnist)" = "" ] \
+   || [ "$ROOT/setup.cfg" -nt "$VENV/.deps-installed" ]; then
+  step "install TensorFlow and deps" "${PIP[@]}" install -e "$ROOT[$TF_FLAVOR,test]"
+  touch "$VENV/.deps-installed"
+fi
+
+if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ]; then
+  # Gloo always; MPI only where OpenMPI is installed; no PyTorch or MXNet.
+  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+  export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+  if command -v mpirun >/dev/null && mpirun --version 2>/dev/null | grep -qi 'open mpi'; then
+    export HOROVOD_WITH_MPI=1
+  else
+    export HOROVOD_WITHOUT_MPI=1
+  fi
+  if [ "$TF_FLAVOR" = gpu ]; then
+    export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
+  fi
+  step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
+    "horovod==$HOROVOD_VERSION"
+fi
+
+check_build() {
+  local report
+  report=$("$VENV/bin/horovodrun" --check-build) || return 1
+  echo "$report"
+  # The line for a framework or controller reads "[X] TensorFlow" when built in.
+  grep -q '\[X\] TensorFlow' <<<"$report" || { echo "horovod was built without TensorFlow"; return 1; }
+  grep -q '\[X\] Gloo' <<<"$report" || { echo "horovod was built without Gloo"; return 1; }
+}
+step "horovodrun --check-build" check_build
