@@ -1,0 +1,72 @@
+"""Shared fixtures: a tiny MNIST-shaped dataset prepared through the real TFDS route,
+and a helper that launches real `horovodrun` jobs with a timeout."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+# Quiet TensorFlow in this process and in every process the tests start.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from hvd_mnist import idx, prepare  # noqa: E402
+
+TINY_TRAIN, TINY_TEST = 480, 100
+BIN_DIR = os.path.dirname(sys.executable)
+# A hang must fail the test, not eat CI's time.
+HOROVOD_TEST_ENV = {
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "10",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+
+
+def synthetic_digits(n: int, seed: int):
+    """Learnable fake digits: class k is a bright bar in row band k, plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, size=n).astype(np.uint8)
+    images = rng.integers(0, 60, size=(n, 28, 28)).astype(np.uint8)
+    for i, label in enumerate(labels):
+        images[i, 2 + 2 * label:4 + 2 * label, 4:24] = 255
+    return images, labels
+
+
+def write_synthetic_idx(idx_dir, num_train=TINY_TRAIN, num_test=TINY_TEST):
+    train_images, train_labels = synthetic_digits(num_train, seed=1)
+    test_images, test_labels = synthetic_digits(num_test, seed=2)
+    return prepare.write_idx_files(str(idx_dir), train_images, train_labels, test_images,
+                                   test_labels)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory):
+    """A TFDS data_dir holding a tiny `mnist` built by the same code as the real one."""
+    root = tmp_path_factory.mktemp("tiny_mnist")
+    write_synthetic_idx(root / "idx")
+    prepare.build_tfds_mnist(str(root / "idx"), str(root / "tfds"))
+    return str(root / "tfds")
+
+
+def horovodrun(np_, args, timeout=180, cwd=None, env=None):
+    """Runs `horovodrun -np N <args>` and returns the completed process (text output)."""
+    cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+           *args]
+    full_env = {**os.environ, **HOROVOD_TEST_ENV, **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=full_env)
+
+
+def trainer_command(*flags):
+    return [sys.executable, "-m", "hvd_mnist.main", *flags]
+
+
+def load_weights(path):
+    with np.load(path) as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def max_abs_difference(weights_a, weights_b) -> float:
+    assert len(weights_a) == len(weights_b)
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
