@@ -1,0 +1,79 @@
+"""The frozen training configuration, and the batch/learning-rate arithmetic.
+
+`main.py` builds a `TrainConfig` from flags once; library code receives it as
+an argument and never reads FLAGS, so everything is callable from tests.
+"""
+
+import dataclasses
+
+from hvd_mnist.errors import UserFacingError
+
+# Per-worker learning rate of each optimizer when --learning_rate is not given.
+DEFAULT_LEARNING_RATES = {"adadelta": 1.0, "adam": 0.001, "sgd": 0.01}
+OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
+MNIST_TRAIN_EXAMPLES = 60_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    data_dir: str
+    model_dir: str
+    epochs: int = 12
+    batch_size: int = 128  # per worker; ignored when global_batch_size is set
+    global_batch_size: int = 0  # 0: batch_size * number of workers
+    learning_rate: float | None = None  # per worker; None: the optimizer's default
+    optimizer: str = "adadelta"
+    seed: int = 42
+    steps_per_epoch: int = 0  # 0: a full pass over the training split
+    resume: bool = False
+    log_every: int = 100
+    keep_checkpoints: int = 3
+    dropout: bool = True
+    threads_per_rank: int = 0  # 0: cores / local size
+    export_weights_dir: str = ""  # when set, every rank writes its final weights here
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """Batch sizes and learning rate once the number of workers is known."""
+    per_rank_batch_size: int
+    global_batch_size: int
+    learning_rate: float
+
+
+def resolve_batching(config: TrainConfig, size: int) -> Batching:
+    """Per-rank and global batch, and the learning rate, for `size` workers.
+
+    With a per-worker batch the global batch grows with size, so the learning
+    rate is scaled by size as in Horovod's examples. With a fixed global batch
+    the optimisation problem is the same at any size and the rate is kept.
+    """
+    base_rate = config.learning_rate or DEFAULT_LEARNING_RATES[config.optimizer]
+    if config.global_batch_size:
+        if config.global_batch_size % size:
+            raise UserFacingError(
+                f"--global_batch_size={config.global_batch_size} is not divisible by the "
+                f"{size} workers; choose a multiple of {size}")
+        return Batching(config.global_batch_size // size, config.global_batch_size, base_rate)
+    return Batching(config.batch_size, config.batch_size * size, base_rate * size)
+
+
+def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0) -> int:
+    """Whole global batches in one pass over `num_examples`, optionally capped.
+
+    Every rank runs exactly this many steps, so no rank waits at the end of an
+    epoch for a collective that another rank will never join.
+    """
+    full = num_examples // global_batch_size
+    if full == 0:
+        raise UserFacingError(
+            f"the global batch of {global_batch_size} is larger than the {num_examples} "
+            "training examples; lower --batch_size or --global_batch_size")
+    if cap > full:
+        raise UserFacingError(
+            f"--steps_per_epoch={cap} is more than one epoch ({full} steps of "
+            f"{global_batch_size} examples); lower it or set 0 for a full epoch")
+    return cap or full

@@ -1,0 +1,109 @@
+"""MNIST from TFDS into tf.data, sharded by rank.
+
+Order of operations per epoch, identical on every rank:
+  permutation of all training examples from (seed, epoch)
+  -> keep steps * global_batch of them -> rank r takes positions r, r+size, ...
+  -> consecutive per-rank batches.
+So the union of all ranks' batches at step t is always the same global batch,
+whatever the number of ranks, every example is seen by exactly one rank per
+epoch, and every rank runs the same number of steps. MNIST fits in memory, so
+each split is loaded from TFDS once and batches are gathered by index.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from hvd_mnist.errors import DataError
+
+DATASET = "mnist"
+DATASET_VERSION = "3.0.1"
+PREPARE_COMMAND = "make data (or: python -m hvd_mnist.prepare --data_dir={data_dir})"
+
+
+class Split:
+    """One split held in memory: uint8 images (n, 28, 28, 1) and int64 labels (n,)."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        self.images = images
+        self.labels = labels
+
+    def __len__(self):
+        return len(self.labels)
+
+
+def check_prepared(data_dir: str) -> None:
+    """Fails with the command to run when data_dir has no prepared TFDS mnist."""
+    info = os.path.join(data_dir, DATASET, DATASET_VERSION, "dataset_info.json")
+    if not os.path.isfile(info):
+        raise DataError(f"no prepared TFDS {DATASET} {DATASET_VERSION} in {data_dir!r}; "
+                        f"prepare it with: {PREPARE_COMMAND.format(data_dir=data_dir)}")
+
+
+def load_split(data_dir: str, split: str) -> Split:
+    """Reads a whole split through tfds.load, never touching the network."""
+    import tensorflow_datasets as tfds  # slow import; only needed here
+
+    check_prepared(data_dir)
+    try:
+        images, labels = tfds.as_numpy(tfds.load(
+            DATASET, split=split, data_dir=data_dir, download=False, as_supervised=True,
+            batch_size=-1, shuffle_files=False))
+    except (tf.errors.OpError, AssertionError, ValueError) as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"cannot read the {split} split of {DATASET} in {data_dir!r} "
+                        f"({first_line}); prepare it again with: "
+                        f"{PREPARE_COMMAND.format(data_dir=data_dir)}") from None
+    return Split(images, labels.astype(np.int64))
+
+
+def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
+    """The epoch's example order; depends on (seed, epoch) only, never on rank or size."""
+    return np.random.default_rng([seed, epoch]).permutation(num_examples)
+
+
+def rank_batch_indices(order: np.ndarray, steps: int, per_rank_batch_size: int,
+                       rank: int, size: int) -> np.ndarray:
+    """Example indices of rank `rank`'s batches, shape (steps, per_rank_batch_size).
+
+    Global batch t is order[t*G:(t+1)*G] with G = per_rank_batch_size * size;
+    rank r takes every size-th element of it starting at r.
+    """
+    global_batch_size = per_rank_batch_size * size
+    used = order[:steps * global_batch_size]
+    if len(used) < steps * global_batch_size:
+        raise ValueError(f"{steps} steps of {global_batch_size} need more than "
+                         f"{len(order)} examples")
+    return used[rank::size].reshape(steps, per_rank_batch_size)
+
+
+def normalize(images: tf.Tensor, labels: tf.Tensor):
+    """uint8 [0, 255] (…, 28, 28, 1) -> float32 [0, 1]; labels unchanged."""
+    return tf.cast(images, tf.float32) / 255.0, labels
+
+
+def batches_from_indices(split: Split, indices: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    """Normalised (images, labels) batches of the given examples, in the given order.
+
+    Batching indices first and gathering whole batches keeps the pipeline far
+    ahead of training; the last batch is short when batch_size does not divide.
+    """
+    images = tf.constant(split.images)
+    labels = tf.constant(split.labels)
+    ds = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64)).batch(batch_size)
+    ds = ds.map(lambda i: normalize(tf.gather(images, i), tf.gather(labels, i)),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def train_epoch_indices(num_examples: int, *, seed: int, epoch: int, steps: int,
+                        per_rank_batch_size: int, rank: int, size: int) -> np.ndarray:
+    """This rank's training examples for one epoch, in order: steps * per-rank batch."""
+    order = epoch_permutation(seed, epoch, num_examples)
+    return rank_batch_indices(order, steps, per_rank_batch_size, rank, size).reshape(-1)
+
+
+def eval_indices(num_examples: int, rank: int, size: int) -> np.ndarray:
+    """This rank's share of the test split; all ranks together cover it exactly once."""
+    return np.arange(rank, num_examples, size, dtype=np.int64)

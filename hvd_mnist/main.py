@@ -1,0 +1,84 @@
+"""Entry point: `horovodrun -np 4 python -m hvd_mnist.main [--flags]`.
+
+Kept short on purpose: flags, a frozen config, one call into the library.
+Flag values are validated while parsing, before Horovod starts, so a bad value
+stops every rank with the flag's name in the message.
+"""
+
+import os
+import sys
+
+# Before TensorFlow is imported: hide its start-up INFO lines, keep warnings.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from absl import app, flags, logging  # noqa: E402
+
+from hvd_mnist import config as config_lib  # noqa: E402
+from hvd_mnist.errors import UserFacingError  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("data_dir", "data/tfds", "TFDS data_dir holding the prepared mnist "
+                        "dataset (make data).")
+    flags.DEFINE_string("model_dir", "runs/mnist", "Where rank 0 writes checkpoints, "
+                        "config.json and summary.json.")
+    flags.DEFINE_integer("epochs", 12, "Passes over the 60,000 training images by all "
+                         "workers together.", lower_bound=1)
+    flags.DEFINE_integer("batch_size", 128, "Batch size per worker (global batch = this x "
+                         "workers; the learning rate is scaled by workers).", lower_bound=1)
+    flags.DEFINE_integer("global_batch_size", 0, "If > 0, the batch over all workers; each "
+                         "worker takes global/workers and the learning rate is not scaled.",
+                         lower_bound=0)
+    flags.DEFINE_float("learning_rate", None, "Per-worker learning rate (default: "
+                       + ", ".join(f"{k} {v:g}" for k, v in
+                                   config_lib.DEFAULT_LEARNING_RATES.items()) + ").")
+    flags.register_validator("learning_rate", lambda v: v is None or v > 0,
+                             message="--learning_rate must be > 0")
+    flags.DEFINE_enum("optimizer", "adadelta", list(config_lib.OPTIMIZERS),
+                      "adadelta as in Horovod's Keras example; sgd uses momentum 0.9.")
+    flags.DEFINE_integer("seed", 42, "Seeds weights, dropout and the data order.",
+                         lower_bound=0)
+    flags.DEFINE_integer("steps_per_epoch", 0, "If > 0, cap each epoch at this many steps "
+                         "(quick runs).", lower_bound=0)
+    flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in model_dir.")
+    flags.DEFINE_integer("log_every", 100, "Print the loss every this many steps (0: never).",
+                         lower_bound=0)
+    flags.DEFINE_integer("keep_checkpoints", 3, "How many epoch checkpoints to keep.",
+                         lower_bound=1)
+    flags.DEFINE_bool("dropout", True, "Use the model's dropout layers (off: deterministic "
+                      "model, for parity tests).")
+    flags.DEFINE_integer("threads_per_rank", 0, "TF threads per process (0: cores / "
+                         "processes on this host).", lower_bound=0)
+    flags.DEFINE_string("export_weights_dir", "", "If set, every rank writes its final "
+                        "weights there as weights_rank<R>.npz.")
+
+
+def config_from_flags(flag_values) -> config_lib.TrainConfig:
+    fields = config_lib.TrainConfig.__dataclass_fields__
+    return config_lib.TrainConfig(**{name: flag_values[name].value for name in fields})
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(FLAGS)
+    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
+    try:
+        from hvd_mnist import data, train
+        data.check_prepared(config.data_dir)  # before Horovod does any work
+        train.train_and_evaluate(config)
+    except UserFacingError as e:
+        print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def run():
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,46 @@
+"""The CNN of Keras's and Horovod's MNIST examples, the loss, and the optimizers.
+
+Every path (custom loop, Keras fit, benchmarks, tests) builds its model here,
+so they all train exactly the same network.
+"""
+
+import tensorflow as tf
+
+NUM_CLASSES = 10
+INPUT_SHAPE = (28, 28, 1)
+
+
+def build_model(dropout: bool = True) -> tf.keras.Model:
+    """Conv32-Conv64-MaxPool-Dropout-Dense128-Dropout-Dense10 (softmax).
+
+    dropout=False keeps the layers but with rate 0, so weights and layer names
+    are the same; tests use it to make training deterministic across paths.
+    """
+    keep = 1.0 if dropout else 0.0
+    layers = tf.keras.layers
+    return tf.keras.Sequential([
+        tf.keras.Input(shape=INPUT_SHAPE),
+        layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+        layers.Conv2D(64, (3, 3), activation="relu"),
+        layers.MaxPooling2D(pool_size=(2, 2)),
+        layers.Dropout(0.25 * keep),
+        layers.Flatten(),
+        layers.Dense(128, activation="relu"),
+        layers.Dropout(0.5 * keep),
+        layers.Dense(NUM_CLASSES, activation="softmax"),
+    ], name="mnist_cnn")
+
+
+def make_loss():
+    """Mean sparse categorical cross-entropy over the batch, from probabilities."""
+    return tf.keras.losses.SparseCategoricalCrossentropy()
+
+
+def make_optimizer(name: str, learning_rate: float) -> tf.keras.optimizers.Optimizer:
+    if name == "adadelta":
+        return tf.keras.optimizers.Adadelta(learning_rate=learning_rate)
+    if name == "adam":
+        return tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    if name == "sgd":
+        return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
+    raise ValueError(f"unknown optimizer {name!r}")

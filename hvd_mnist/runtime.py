@@ -1,0 +1,70 @@
+"""Process-level set-up: Horovod, devices, thread pools, and rank-0 helpers.
+
+Everything that must happen before TensorFlow starts its runtime lives here,
+and every rank-0-only side effect goes through `is_chief()`.
+"""
+
+import dataclasses
+import os
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+
+
+def init_horovod() -> Topology:
+    hvd.init()
+    return Topology(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+
+
+def configure_gpus(local_rank: int, tf_config=tf.config) -> list:
+    """Memory growth on every GPU, then only this process's GPU stays visible.
+
+    Must run before any TF op; `tf_config` is injectable so it is testable
+    without a GPU. Returns the GPUs this process will use ([] on CPU hosts).
+    """
+    gpus = tf_config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf_config.experimental.set_memory_growth(gpu, True)
+    if not gpus:
+        return []
+    if local_rank >= len(gpus):
+        raise RuntimeError(f"local rank {local_rank} has no GPU: this host has {len(gpus)}; "
+                           "start at most one process per GPU")
+    tf_config.set_visible_devices(gpus[local_rank], "GPU")
+    return [gpus[local_rank]]
+
+
+def threads_per_rank(requested: int, local_size: int, cpu_count: int) -> int:
+    """TF threads for one process: the host's cores shared by its ranks, at least 1."""
+    if requested > 0:
+        return requested
+    return max(1, cpu_count // local_size)
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def configure_threads(threads: int, tf_config=tf.config) -> None:
+    # With TF's defaults every rank starts a pool as large as the machine, and
+    # several ranks on the same cores then run slower than one.
+    tf_config.threading.set_intra_op_parallelism_threads(threads)
+    tf_config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def is_chief() -> bool:
+    """True on the one process that prints, logs and writes checkpoints."""
+    return hvd.rank() == 0
+
+
+def log(message: str) -> None:
+    if is_chief():
+        print(message, flush=True)

@@ -1,0 +1,230 @@
+"""The custom training loop: Horovod's DistributedGradientTape in a tf.function.
+
+Pieces, each on its own: `make_train_step` (one optimisation step, nothing
+else), `make_eval_step`, `sum_across_ranks` (the one place metrics are
+reduced), `evaluate`, and `train_and_evaluate` (the loop: epochs, logging,
+checkpoints).
+"""
+
+import json
+import math
+import os
+import time
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from hvd_mnist import checkpoint, config as config_lib, data, model as model_lib, runtime
+from hvd_mnist.errors import UserFacingError
+
+IMAGE_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE], tf.float32)
+LABEL_SPEC = tf.TensorSpec([None], tf.int64)
+
+
+def make_train_step(model, optimizer, loss_fn):
+    """One step: local gradients, averaged over ranks by Horovod, then applied.
+
+    Returns the loss averaged over ranks, so every rank sees the same value and
+    takes the same decision about it.
+    """
+
+    @tf.function(input_signature=[IMAGE_SPEC, LABEL_SPEC])
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            probabilities = model(images, training=True)
+            loss = loss_fn(labels, probabilities)
+        tape = hvd.DistributedGradientTape(tape)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
+
+    return train_step
+
+
+def make_eval_step(model):
+    """Summed loss and number of correct predictions of one batch (no averaging)."""
+
+    @tf.function(input_signature=[IMAGE_SPEC, LABEL_SPEC])
+    def eval_step(images, labels):
+        probabilities = model(images, training=False)
+        losses = tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+        correct = tf.equal(tf.argmax(probabilities, axis=1), labels)
+        return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(correct, tf.float32))
+
+    return eval_step
+
+
+def sum_across_ranks(values) -> np.ndarray:
+    """Element-wise sum over all ranks, in float64 so counts stay exact."""
+    return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum,
+                         name="metric_sums").numpy()
+
+
+def evaluate(eval_step, dataset) -> dict:
+    """Loss and accuracy over every rank's share of the test set together."""
+    loss_sum = correct = examples = 0.0
+    for images, labels in dataset:
+        batch_loss, batch_correct = eval_step(images, labels)
+        loss_sum += float(batch_loss)
+        correct += float(batch_correct)
+        examples += int(labels.shape[0])
+    loss_sum, correct, examples = sum_across_ranks([loss_sum, correct, examples])
+    return {"test_loss": loss_sum / examples, "test_accuracy": correct / examples,
+            "test_examples": int(examples)}
+
+
+def broadcast_from_chief(value):
+    """Rank 0's value on every rank (a small picklable object)."""
+    return hvd.broadcast_object(value, root_rank=0, name="chief_value")
+
+
+def on_chief(fn):
+    """Runs fn on rank 0 only; its result, or its UserFacingError, reaches every rank.
+
+    Without this, an error on rank 0 (say, an unwritable model_dir) would leave
+    the other ranks waiting in the next collective.
+    """
+    result, error = None, None
+    if runtime.is_chief():
+        try:
+            result = fn()
+        except UserFacingError as e:
+            error = str(e)
+    result, error = broadcast_from_chief((result, error))
+    if error is not None:
+        raise UserFacingError(error)
+    return result
+
+
+def check_finite(loss: float, where: str) -> None:
+    if not math.isfinite(loss):
+        raise UserFacingError(f"training diverged: loss is {loss} at {where}; lower "
+                              "--learning_rate or check the input data")
+
+
+def prepare_model_dir(model_dir: str, config: config_lib.TrainConfig, size: int) -> None:
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump({**config.to_dict(), "num_workers": size}, f, indent=2)
+    except OSError as e:
+        raise UserFacingError(f"--model_dir={model_dir} is not writable ({e.strerror})") from None
+
+
+def export_weights(directory: str, model, rank: int) -> None:
+    """Every rank writes its own weights, so tests can compare ranks and runs."""
+    os.makedirs(directory, exist_ok=True)
+    np.savez(os.path.join(directory, f"weights_rank{rank}.npz"),
+             *[v.numpy() for v in model.weights])
+
+
+def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
+    """Trains with the custom loop on every rank; returns the run's summary."""
+    wall_start = time.perf_counter()
+    topology = runtime.init_horovod()
+    runtime.configure_gpus(topology.local_rank)
+    runtime.configure_threads(runtime.threads_per_rank(
+        config.threads_per_rank, topology.local_size, runtime.available_cpus()))
+    batching = config_lib.resolve_batching(config, topology.size)
+    train_split = data.load_split(config.data_dir, "train")
+    test_split = data.load_split(config.data_dir, "test")
+    steps = config_lib.steps_per_epoch(len(train_split), batching.global_batch_size,
+                                       config.steps_per_epoch)
+    on_chief(lambda: prepare_model_dir(config.model_dir, config, topology.size))
+
+    tf.keras.utils.set_random_seed(config.seed)
+    model = model_lib.build_model(dropout=config.dropout)
+    optimizer = model_lib.make_optimizer(config.optimizer, batching.learning_rate)
+    # Creating the optimizer's slots now (Horovod's examples let the first step
+    # create them) means rank 0's full state, fresh or restored, can be
+    # broadcast before step 1, so even the first gradients come from identical
+    # weights on every rank.
+    optimizer.build(model.trainable_variables)
+    store = checkpoint.CheckpointStore(config.model_dir, model, optimizer,
+                                       config.keep_checkpoints)
+    epochs_done = on_chief(lambda: store.restore_latest() if config.resume else 0)
+    hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
+    if config.resume:
+        runtime.log(f"resuming after epoch {epochs_done} from {store.latest}" if epochs_done
+                    else f"--resume: no checkpoint in {store.directory}, starting fresh")
+    # Dropout masks differ per rank, as they would on separate machines.
+    tf.keras.utils.set_random_seed(config.seed + topology.rank)
+
+    train_step = make_train_step(model, optimizer, model_lib.make_loss())
+    eval_step = make_eval_step(model)
+    eval_batches = data.batches_from_indices(
+        test_split, data.eval_indices(len(test_split), topology.rank, topology.size),
+        batching.per_rank_batch_size)
+    runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "
+                f"{batching.global_batch_size} images ({batching.per_rank_batch_size} per "
+                f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
+                f"epochs {epochs_done + 1}..{config.epochs}")
+
+    history, train_seconds = [], 0.0
+    for epoch in range(epochs_done + 1, config.epochs + 1):
+        indices = data.train_epoch_indices(
+            len(train_split), seed=config.seed, epoch=epoch, steps=steps,
+            per_rank_batch_size=batching.per_rank_batch_size,
+            rank=topology.rank, size=topology.size)
+        epoch_start = time.perf_counter()
+        loss_total = tf.constant(0.0)
+        for step, (images, labels) in enumerate(
+                data.batches_from_indices(train_split, indices, batching.per_rank_batch_size),
+                start=1):
+            loss = train_step(images, labels)
+            loss_total += loss
+            if config.log_every and step % config.log_every == 0:
+                check_finite(float(loss), f"epoch {epoch} step {step}")
+                runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
+        epoch_train_loss = float(loss_total) / steps
+        epoch_seconds = time.perf_counter() - epoch_start
+        check_finite(epoch_train_loss, f"the end of epoch {epoch}")
+        train_seconds += epoch_seconds
+        metrics = evaluate(eval_step, eval_batches)
+        record = {"epoch": epoch, "train_loss": epoch_train_loss, **metrics,
+                  "train_seconds": epoch_seconds,
+                  "images_per_second": steps * batching.global_batch_size / epoch_seconds}
+        history.append(record)
+        if runtime.is_chief():
+            store.save(epoch)
+        runtime.log(f"epoch {epoch}/{config.epochs}: train loss {epoch_train_loss:.4f}, "
+                    f"test loss {metrics['test_loss']:.4f}, test accuracy "
+                    f"{100 * metrics['test_accuracy']:.2f}% of {metrics['test_examples']} "
+                    f"images, {epoch_seconds:.1f} s, {record['images_per_second']:.0f} images/s")
+
+    if config.export_weights_dir:
+        export_weights(config.export_weights_dir, model, topology.rank)
+    epochs_run = len(history)
+    summary = {
+        "num_workers": topology.size,
+        "epochs_run": epochs_run,
+        "first_epoch": epochs_done + 1,
+        "last_epoch": config.epochs,
+        "steps": epochs_run * steps,
+        "global_batch_size": batching.global_batch_size,
+        "wall_seconds": time.perf_counter() - wall_start,
+        "train_seconds": train_seconds,
+        "images_per_second": (epochs_run * steps * batching.global_batch_size / train_seconds
+                              if train_seconds else 0.0),
+        "train_step_traces": train_step.experimental_get_tracing_count(),
+        **({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
+           if history else {}),
+        "history": history,
+    }
+    if runtime.is_chief():
+        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    runtime.log(format_summary(summary))
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"done: {summary['epochs_run']} epoch(s), {summary['steps']} steps on "
+             f"{summary['num_workers']} worker(s), wall {summary['wall_seconds']:.1f} s, "
+             f"training {summary['train_seconds']:.1f} s, "
+             f"{summary['images_per_second']:.0f} images/s"]
+    if "test_accuracy" in summary:
+        lines.append(f"final test loss {summary['test_loss']:.4f}, test accuracy "
+                     f"{100 * summary['test_accuracy']:.2f}% of {summary['test_examples']} images")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""Sharding, ordering and preprocessing of the input pipeline."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hvd_mnist import config, data
+from hvd_mnist.errors import DataError
+
+
+def shards(num_examples, per_rank_batch, size, epoch=1, seed=7):
+    steps = config.steps_per_epoch(num_examples, per_rank_batch * size)
+    order = data.epoch_permutation(seed, epoch, num_examples)
+    return steps, [data.rank_batch_indices(order, steps, per_rank_batch, rank, size)
+                   for rank in range(size)]
+
+
+# Sizes chosen so the split does not divide evenly into global batches.
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_shards_are_disjoint_complete_and_equal_length(size):
+    num_examples, per_rank_batch = 1003, 7
+    steps, per_rank = shards(num_examples, per_rank_batch, size)
+    assert steps == num_examples // (per_rank_batch * size)
+    assert all(batches.shape == (steps, per_rank_batch) for batches in per_rank)
+    seen = np.concatenate([b.reshape(-1) for b in per_rank])
+    assert len(np.unique(seen)) == len(seen) == steps * per_rank_batch * size
+    # Complete: exactly the first steps * global_batch examples of the epoch order.
+    order = data.epoch_permutation(7, 1, num_examples)
+    assert set(seen) == set(order[:len(seen)])
+
+
+def test_step_t_sees_the_same_global_batch_at_any_size():
+    global_batch, num_examples = 60, 1003
+    reference = None
+    for size in (1, 2, 3, 4, 5):
+        steps, per_rank = shards(num_examples, global_batch // size, size)
+        union_per_step = [frozenset(np.concatenate([r[t] for r in per_rank]))
+                          for t in range(steps)]
+        if reference is None:
+            reference = union_per_step
+        assert union_per_step == reference, f"size {size} differs from size 1"
+
+
+def test_order_depends_on_seed_and_epoch_only():
+    a = data.epoch_permutation(3, 1, 100)
+    assert np.array_equal(a, data.epoch_permutation(3, 1, 100))
+    assert not np.array_equal(a, data.epoch_permutation(3, 2, 100))
+    assert not np.array_equal(a, data.epoch_permutation(4, 1, 100))
+    assert sorted(a) == list(range(100))
+
+
+def test_eval_shards_cover_the_test_set_exactly_once():
+    for size in (1, 2, 3, 4, 7):
+        parts = [data.eval_indices(10_000, rank, size) for rank in range(size)]
+        assert sorted(np.concatenate(parts)) == list(range(10_000))
+
+
+def test_normalize_maps_bytes_to_unit_floats():
+    images = tf.constant([[[[0]], [[255]]]], tf.uint8)
+    out, labels = data.normalize(images, tf.constant([3], tf.int64))
+    assert out.dtype == tf.float32
+    assert out.numpy().min() == 0.0 and out.numpy().max() == 1.0
+    assert labels.numpy().tolist() == [3]
+
+
+def test_batches_keep_order_and_shape():
+    images = np.arange(10, dtype=np.uint8).reshape(10, 1, 1, 1) * np.ones((1, 28, 28, 1), np.uint8)
+    split = data.Split(images, np.arange(10, dtype=np.int64))
+    batches = list(data.batches_from_indices(split, np.array([9, 0, 4, 5, 1]), 2))
+    assert [b[1].numpy().tolist() for b in batches] == [[9, 0], [4, 5], [1]]
+    assert batches[0][0].shape == (2, 28, 28, 1)
+    assert batches[0][0].numpy()[0, 0, 0, 0] == pytest.approx(9 / 255)
+
+
+def test_load_split_reads_prepared_tfds(tiny_data_dir):
+    from conftest import TINY_TEST, TINY_TRAIN
+    train = data.load_split(tiny_data_dir, "train")
+    test = data.load_split(tiny_data_dir, "test")
+    assert train.images.shape == (TINY_TRAIN, 28, 28, 1) and train.images.dtype == np.uint8
+    assert len(test) == TINY_TEST and test.labels.dtype == np.int64
+    assert set(train.labels) <= set(range(10))
+
+
+def test_unprepared_data_dir_names_the_prepare_command(tmp_path):
+    with pytest.raises(DataError, match="python -m hvd_mnist.prepare"):
+        data.check_prepared(str(tmp_path))

@@ -1,0 +1,78 @@
+"""End-to-end: real `horovodrun -np 2` jobs on the tiny dataset, each with a timeout."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import TINY_TEST, horovodrun, load_weights, max_abs_difference, trainer_command
+
+pytestmark = pytest.mark.horovodrun
+
+QUICK = ["--batch_size=16", "--log_every=5"]
+
+
+def test_two_ranks_end_identical_and_only_rank_0_writes(tiny_data_dir, tmp_path):
+    # Each rank runs in its own directory with a relative --model_dir, so files
+    # written by rank 1 would show up under rank1/ instead of hiding in rank 0's.
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir()
+    in_rank_dir = ["sh", "-c", 'cd "$0/rank$HOROVOD_RANK" && exec "$@"', str(tmp_path)]
+    result = horovodrun(2, in_rank_dir + trainer_command(
+        f"--data_dir={tiny_data_dir}", "--model_dir=model", "--epochs=2", *QUICK,
+        f"--export_weights_dir={tmp_path / 'weights'}"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    checkpoints = sorted(os.listdir(tmp_path / "rank0/model/checkpoints"))
+    assert "ckpt-2.index" in checkpoints and "checkpoint" in checkpoints
+    assert not (tmp_path / "rank1/model").exists(), "rank 1 wrote to its model_dir"
+
+    rank0 = load_weights(tmp_path / "weights/weights_rank0.npz")
+    rank1 = load_weights(tmp_path / "weights/weights_rank1.npz")
+    assert max_abs_difference(rank0, rank1) == 0.0
+
+    summary = json.loads((tmp_path / "rank0/model/summary.json").read_text())
+    assert summary["num_workers"] == 2 and summary["epochs_run"] == 2
+    assert summary["test_examples"] == TINY_TEST
+    assert summary["train_step_traces"] == 1
+    assert result.stdout.count("final test loss") == 1, "only rank 0 may print"
+
+
+def test_resume_continues_at_the_next_epoch(tiny_data_dir, tmp_path):
+    common = [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path}", *QUICK]
+    first = horovodrun(2, trainer_command(*common, "--epochs=1"))
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    resumed = horovodrun(2, trainer_command(*common, "--epochs=2", "--resume"))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 1" in resumed.stdout
+    assert "epoch 1/2" not in resumed.stdout and "epoch 2/2" in resumed.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["first_epoch"], summary["epochs_run"]) == (2, 1)
+    assert os.path.exists(tmp_path / "checkpoints/ckpt-2.index")
+
+
+def test_resume_without_checkpoint_starts_fresh_and_says_so(tiny_data_dir, tmp_path):
+    result = horovodrun(2, trainer_command(f"--data_dir={tiny_data_dir}",
+                                           f"--model_dir={tmp_path}", "--epochs=1",
+                                           "--steps_per_epoch=2", "--resume", *QUICK))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no checkpoint in" in result.stdout and "starting fresh" in result.stdout
+
+
+def test_bad_flag_stops_the_job_naming_the_flag(tmp_path):
+    result = horovodrun(2, trainer_command("--batch_size=-1"), timeout=60)
+    assert result.returncode != 0
+    assert "flag --batch_size=-1: -1 is not a positive integer" in result.stdout + result.stderr
+
+
+def test_global_batch_not_divisible_stops_every_rank(tiny_data_dir, tmp_path):
+    result = horovodrun(3, trainer_command(f"--data_dir={tiny_data_dir}",
+                                           f"--model_dir={tmp_path}", "--global_batch_size=64"),
+                        timeout=90)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "--global_batch_size=64 is not divisible by the 3 workers" in output
+    assert not (tmp_path / "checkpoints").exists()

@@ -1,0 +1,63 @@
+"""The command line: flags, their validation, and the messages a user sees."""
+
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+
+from hvd_mnist import config, main
+
+
+@pytest.fixture(scope="module")
+def parsed_flags():
+    if "epochs" not in flags.FLAGS:
+        main.define_flags()
+
+    def parse(*argv):
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["hvd_mnist", *argv])
+        return flags.FLAGS
+
+    yield parse
+    flags.FLAGS.unparse_flags()
+
+
+def test_config_from_flags_carries_every_field(parsed_flags):
+    cfg = main.config_from_flags(parsed_flags("--epochs=3", "--global_batch_size=64",
+                                              "--optimizer=adam", "--nodropout"))
+    assert isinstance(cfg, config.TrainConfig)
+    assert (cfg.epochs, cfg.global_batch_size, cfg.optimizer, cfg.dropout) == (3, 64, "adam", False)
+    assert cfg.learning_rate is None and cfg.batch_size == 128
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--batch_size=-1", "flag --batch_size=-1: -1 is not a positive integer"),
+    ("--epochs=0", "flag --epochs=0: 0 is not a positive integer"),
+    ("--learning_rate=-0.5", "--learning_rate must be > 0"),
+    ("--optimizer=rmsprop", "flag --optimizer=rmsprop: value should be one of"),
+    ("--steps_per_epoch=-3", "flag --steps_per_epoch=-3"),
+])
+def test_bad_flag_values_are_rejected_with_the_flag_name(parsed_flags, flag, message):
+    with pytest.raises(flags.IllegalFlagValueError, match=message.replace("+", r"\+")):
+        parsed_flags(flag)
+
+
+def run_main(*argv):
+    return subprocess.run([sys.executable, "-m", "hvd_mnist.main", *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_flag_exits_non_zero_naming_the_flag():
+    result = run_main("--batch_size=-1")
+    assert result.returncode != 0
+    assert "flag --batch_size=-1" in result.stderr
+
+
+def test_missing_data_dir_names_the_prepare_command(tmp_path):
+    result = run_main(f"--data_dir={tmp_path}/nonexistent", f"--model_dir={tmp_path}/m")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"hvd_mnist: error: no prepared TFDS mnist 3.0.1 in '{tmp_path}/nonexistent'; prepare it "
+        f"with: make data (or: python -m hvd_mnist.prepare --data_dir={tmp_path}/nonexistent)"]
+    assert not (tmp_path / "m").exists()

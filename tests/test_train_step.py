@@ -1,0 +1,58 @@
+"""The training and evaluation steps, in this process (Horovod with one rank)."""
+
+import horovod.tensorflow as hvd
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hvd_mnist import data, model as model_lib, train
+
+
+@pytest.fixture(scope="module")
+def tiny_splits(tiny_data_dir):
+    hvd.init()
+    return data.load_split(tiny_data_dir, "train"), data.load_split(tiny_data_dir, "test")
+
+
+def test_training_learns_without_retracing(tiny_splits):
+    train_split, test_split = tiny_splits
+    tf.keras.utils.set_random_seed(0)
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer("adadelta", 1.0)
+    # As in the trainer: slots created up front, or the first call traces twice.
+    optimizer.build(model.trainable_variables)
+    step = train.make_train_step(model, optimizer, model_lib.make_loss())
+    eval_step = train.make_eval_step(model)
+    test_batches = data.batches_from_indices(
+        test_split, data.eval_indices(len(test_split), 0, 1), 32)
+    before = train.evaluate(eval_step, test_batches)
+    for epoch in (1, 2, 3):
+        indices = data.train_epoch_indices(len(train_split), seed=0, epoch=epoch, steps=15,
+                                           per_rank_batch_size=32, rank=0, size=1)
+        for images, labels in data.batches_from_indices(train_split, indices, 32):
+            loss = step(images, labels)
+            assert np.isfinite(float(loss))
+    after = train.evaluate(eval_step, test_batches)
+    assert step.experimental_get_tracing_count() == 1
+    # The short last test batch (100 = 3 * 32 + 4) must not retrace either.
+    assert eval_step.experimental_get_tracing_count() == 1
+    assert after["test_examples"] == len(test_split) == before["test_examples"]
+    assert after["test_loss"] < before["test_loss"]
+    assert after["test_accuracy"] >= 0.9
+
+
+def test_evaluate_counts_loss_and_correct_exactly(tiny_splits):
+    _, test_split = tiny_splits
+    model = model_lib.build_model()
+    batches = data.batches_from_indices(test_split, data.eval_indices(len(test_split), 0, 1), 33)
+    metrics = train.evaluate(train.make_eval_step(model), batches)
+    probabilities = model(data.normalize(test_split.images, test_split.labels)[0]).numpy()
+    expected_accuracy = np.mean(probabilities.argmax(axis=1) == test_split.labels)
+    expected_loss = -np.mean(np.log(probabilities[np.arange(len(test_split)), test_split.labels]))
+    assert metrics["test_accuracy"] == pytest.approx(expected_accuracy, abs=1e-9)
+    assert metrics["test_loss"] == pytest.approx(expected_loss, rel=1e-5)
+
+
+def test_non_finite_loss_is_an_error_naming_where():
+    with pytest.raises(Exception, match="loss is nan at epoch 2 step 40"):
+        train.check_finite(float("nan"), "epoch 2 step 40")
