@@ -10,6 +10,8 @@ import os
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from hvd_mnist.errors import UserFacingError
+
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
@@ -68,3 +70,26 @@ def is_chief() -> bool:
 def log(message: str) -> None:
     if is_chief():
         print(message, flush=True)
+
+
+def broadcast_from_chief(value):
+    """Rank 0's value on every rank (a small picklable object)."""
+    return hvd.broadcast_object(value, root_rank=0, name="chief_value")
+
+
+def on_chief(fn):
+    """Runs fn on rank 0 only; its result, or its UserFacingError, reaches every rank.
+
+    Without this, an error on rank 0 (say, an unwritable model_dir) would leave
+    the other ranks waiting in the next collective.
+    """
+    result, error = None, None
+    if is_chief():
+        try:
+            result = fn()
+        except UserFacingError as e:
+            error = str(e)
+    result, error = broadcast_from_chief((result, error))
+    if error is not None:
+        raise UserFacingError(error)
+    return result

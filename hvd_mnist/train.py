@@ -6,16 +6,14 @@ reduced), `evaluate`, and `train_and_evaluate` (the loop: epochs, logging,
 checkpoints).
 """
 
-import json
 import math
-import os
 import time
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import checkpoint, config as config_lib, data, model as model_lib, runtime
+from hvd_mnist import checkpoint, config as config_lib, data, job as job_lib, model as model_lib, runtime
 from hvd_mnist.errors import UserFacingError
 
 IMAGE_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE], tf.float32)
@@ -74,64 +72,18 @@ def evaluate(eval_step, dataset) -> dict:
             "test_examples": int(examples)}
 
 
-def broadcast_from_chief(value):
-    """Rank 0's value on every rank (a small picklable object)."""
-    return hvd.broadcast_object(value, root_rank=0, name="chief_value")
-
-
-def on_chief(fn):
-    """Runs fn on rank 0 only; its result, or its UserFacingError, reaches every rank.
-
-    Without this, an error on rank 0 (say, an unwritable model_dir) would leave
-    the other ranks waiting in the next collective.
-    """
-    result, error = None, None
-    if runtime.is_chief():
-        try:
-            result = fn()
-        except UserFacingError as e:
-            error = str(e)
-    result, error = broadcast_from_chief((result, error))
-    if error is not None:
-        raise UserFacingError(error)
-    return result
-
-
 def check_finite(loss: float, where: str) -> None:
     if not math.isfinite(loss):
         raise UserFacingError(f"training diverged: loss is {loss} at {where}; lower "
                               "--learning_rate or check the input data")
 
 
-def prepare_model_dir(model_dir: str, config: config_lib.TrainConfig, size: int) -> None:
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-        with open(os.path.join(model_dir, "config.json"), "w") as f:
-            json.dump({**config.to_dict(), "num_workers": size}, f, indent=2)
-    except OSError as e:
-        raise UserFacingError(f"--model_dir={model_dir} is not writable ({e.strerror})") from None
-
-
-def export_weights(directory: str, model, rank: int) -> None:
-    """Every rank writes its own weights, so tests can compare ranks and runs."""
-    os.makedirs(directory, exist_ok=True)
-    np.savez(os.path.join(directory, f"weights_rank{rank}.npz"),
-             *[v.numpy() for v in model.weights])
-
-
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     """Trains with the custom loop on every rank; returns the run's summary."""
     wall_start = time.perf_counter()
-    topology = runtime.init_horovod()
-    runtime.configure_gpus(topology.local_rank)
-    runtime.configure_threads(runtime.threads_per_rank(
-        config.threads_per_rank, topology.local_size, runtime.available_cpus()))
-    batching = config_lib.resolve_batching(config, topology.size)
-    train_split = data.load_split(config.data_dir, "train")
-    test_split = data.load_split(config.data_dir, "test")
-    steps = config_lib.steps_per_epoch(len(train_split), batching.global_batch_size,
-                                       config.steps_per_epoch)
-    on_chief(lambda: prepare_model_dir(config.model_dir, config, topology.size))
+    job = job_lib.start(config)
+    topology, batching, steps = job.topology, job.batching, job.steps_per_epoch
+    train_split, test_split = job.train_split, job.test_split
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout)
@@ -143,7 +95,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     optimizer.build(model.trainable_variables)
     store = checkpoint.CheckpointStore(config.model_dir, model, optimizer,
                                        config.keep_checkpoints)
-    epochs_done = on_chief(lambda: store.restore_latest() if config.resume else 0)
+    epochs_done = runtime.on_chief(lambda: store.restore_latest() if config.resume else 0)
     hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
     if config.resume:
         runtime.log(f"resuming after epoch {epochs_done} from {store.latest}" if epochs_done
@@ -161,7 +113,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                 f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
                 f"epochs {epochs_done + 1}..{config.epochs}")
 
-    history, train_seconds = [], 0.0
+    history = []
     for epoch in range(epochs_done + 1, config.epochs + 1):
         indices = data.train_epoch_indices(
             len(train_split), seed=config.seed, epoch=epoch, steps=steps,
@@ -180,7 +132,6 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         epoch_train_loss = float(loss_total) / steps
         epoch_seconds = time.perf_counter() - epoch_start
         check_finite(epoch_train_loss, f"the end of epoch {epoch}")
-        train_seconds += epoch_seconds
         metrics = evaluate(eval_step, eval_batches)
         record = {"epoch": epoch, "train_loss": epoch_train_loss, **metrics,
                   "train_seconds": epoch_seconds,
@@ -188,43 +139,12 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         history.append(record)
         if runtime.is_chief():
             store.save(epoch)
-        runtime.log(f"epoch {epoch}/{config.epochs}: train loss {epoch_train_loss:.4f}, "
-                    f"test loss {metrics['test_loss']:.4f}, test accuracy "
-                    f"{100 * metrics['test_accuracy']:.2f}% of {metrics['test_examples']} "
-                    f"images, {epoch_seconds:.1f} s, {record['images_per_second']:.0f} images/s")
+        runtime.log(job_lib.format_epoch(record, config.epochs))
 
     if config.export_weights_dir:
-        export_weights(config.export_weights_dir, model, topology.rank)
-    epochs_run = len(history)
-    summary = {
-        "num_workers": topology.size,
-        "epochs_run": epochs_run,
-        "first_epoch": epochs_done + 1,
-        "last_epoch": config.epochs,
-        "steps": epochs_run * steps,
-        "global_batch_size": batching.global_batch_size,
-        "wall_seconds": time.perf_counter() - wall_start,
-        "train_seconds": train_seconds,
-        "images_per_second": (epochs_run * steps * batching.global_batch_size / train_seconds
-                              if train_seconds else 0.0),
-        "train_step_traces": train_step.experimental_get_tracing_count(),
-        **({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
-           if history else {}),
-        "history": history,
-    }
-    if runtime.is_chief():
-        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-    runtime.log(format_summary(summary))
+        job_lib.export_weights(config.export_weights_dir, model, topology.rank)
+    summary = job_lib.summarize(job, history, first_epoch=epochs_done + 1,
+                                wall_seconds=time.perf_counter() - wall_start,
+                                train_step_traces=train_step.experimental_get_tracing_count())
+    job_lib.finish(config, summary)
     return summary
-
-
-def format_summary(summary: dict) -> str:
-    lines = [f"done: {summary['epochs_run']} epoch(s), {summary['steps']} steps on "
-             f"{summary['num_workers']} worker(s), wall {summary['wall_seconds']:.1f} s, "
-             f"training {summary['train_seconds']:.1f} s, "
-             f"{summary['images_per_second']:.0f} images/s"]
-    if "test_accuracy" in summary:
-        lines.append(f"final test loss {summary['test_loss']:.4f}, test accuracy "
-                     f"{100 * summary['test_accuracy']:.2f}% of {summary['test_examples']} images")
-    return "\n".join(lines)

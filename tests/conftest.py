@@ -11,7 +11,7 @@ import pytest
 # Quiet TensorFlow in this process and in every process the tests start.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from hvd_mnist import idx, prepare  # noqa: E402
+from hvd_mnist import prepare  # noqa: E402
 
 TINY_TRAIN, TINY_TEST = 480, 100
 BIN_DIR = os.path.dirname(sys.executable)

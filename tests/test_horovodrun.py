@@ -2,9 +2,7 @@
 
 import json
 import os
-import sys
 
-import numpy as np
 import pytest
 
 from conftest import TINY_TEST, horovodrun, load_weights, max_abs_difference, trainer_command

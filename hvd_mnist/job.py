@@ -1,0 +1,109 @@
+"""What every training path does before its first step and after its last.
+
+The custom loop (train.py) and the Keras fit baseline (keras_fit.py) both
+start here, so they run on the same devices, thread pools, batches and data,
+and leave the same files behind.
+"""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from hvd_mnist import config as config_lib, data, runtime
+from hvd_mnist.errors import UserFacingError
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    topology: runtime.Topology
+    batching: config_lib.Batching
+    train_split: data.Split
+    test_split: data.Split
+    steps_per_epoch: int
+
+
+def start(config: config_lib.TrainConfig) -> Job:
+    """Horovod, devices and threads, then everything that can be validated before training.
+
+    Every check here either runs identically on every rank or goes through
+    `runtime.on_chief`, so a bad input stops all ranks, not just one.
+    """
+    topology = runtime.init_horovod()
+    runtime.configure_gpus(topology.local_rank)
+    runtime.configure_threads(runtime.threads_per_rank(
+        config.threads_per_rank, topology.local_size, runtime.available_cpus()))
+    batching = config_lib.resolve_batching(config, topology.size)
+    train_split = data.load_split(config.data_dir, "train")
+    test_split = data.load_split(config.data_dir, "test")
+    steps = config_lib.steps_per_epoch(len(train_split), batching.global_batch_size,
+                                       config.steps_per_epoch)
+    runtime.on_chief(lambda: prepare_model_dir(config, topology.size))
+    return Job(topology, batching, train_split, test_split, steps)
+
+
+def prepare_model_dir(config: config_lib.TrainConfig, size: int) -> None:
+    """Creates model_dir and records the resolved config there (rank 0 only)."""
+    try:
+        os.makedirs(config.model_dir, exist_ok=True)
+        with open(os.path.join(config.model_dir, "config.json"), "w") as f:
+            json.dump({**config.to_dict(), "num_workers": size}, f, indent=2)
+    except OSError as e:
+        raise UserFacingError(f"--model_dir={config.model_dir} is not writable "
+                              f"({e.strerror})") from None
+
+
+def export_weights(directory: str, model, rank: int) -> None:
+    """Every rank writes its own weights, so tests can compare ranks and runs."""
+    os.makedirs(directory, exist_ok=True)
+    np.savez(os.path.join(directory, f"weights_rank{rank}.npz"),
+             *[v.numpy() for v in model.weights])
+
+
+def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float, **extra) -> dict:
+    """The run's summary from its per-epoch records (see format_epoch)."""
+    train_seconds = sum(r["train_seconds"] for r in history)
+    steps = len(history) * job.steps_per_epoch
+    final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
+             if history else {})
+    return {
+        "num_workers": job.topology.size,
+        "epochs_run": len(history),
+        "first_epoch": first_epoch,
+        "steps": steps,
+        "global_batch_size": job.batching.global_batch_size,
+        "wall_seconds": wall_seconds,
+        "train_seconds": train_seconds,
+        "images_per_second": (steps * job.batching.global_batch_size / train_seconds
+                              if train_seconds else 0.0),
+        **extra,
+        **final,
+        "history": history,
+    }
+
+
+def format_epoch(record: dict, epochs: int) -> str:
+    return (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
+            f"test loss {record['test_loss']:.4f}, test accuracy "
+            f"{100 * record['test_accuracy']:.2f}% of {record['test_examples']} images, "
+            f"{record['train_seconds']:.1f} s, {record['images_per_second']:.0f} images/s")
+
+
+def finish(config: config_lib.TrainConfig, summary: dict) -> None:
+    """Rank 0 writes summary.json and prints the summary."""
+    if runtime.is_chief():
+        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    runtime.log(format_summary(summary))
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"done: {summary['epochs_run']} epoch(s), {summary['steps']} steps on "
+             f"{summary['num_workers']} worker(s), wall {summary['wall_seconds']:.1f} s, "
+             f"training {summary['train_seconds']:.1f} s, "
+             f"{summary['images_per_second']:.0f} images/s"]
+    if "test_accuracy" in summary:
+        lines.append(f"final test loss {summary['test_loss']:.4f}, test accuracy "
+                     f"{100 * summary['test_accuracy']:.2f}% of {summary['test_examples']} images")
+    return "\n".join(lines)
