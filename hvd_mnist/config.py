@@ -11,6 +11,7 @@ from hvd_mnist.errors import UserFacingError
 # Per-worker learning rate of each optimizer when --learning_rate is not given.
 DEFAULT_LEARNING_RATES = {"adadelta": 1.0, "adam": 0.001, "sgd": 0.01}
 OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
+MODES = ("custom", "keras")
 MNIST_TRAIN_EXAMPLES = 60_000
 
 
@@ -18,6 +19,8 @@ MNIST_TRAIN_EXAMPLES = 60_000
 class TrainConfig:
     data_dir: str
     model_dir: str
+    mode: str = "custom"  # custom: the tf.function loop; keras: the model.fit baseline
+    keras_literal: bool = False  # keras mode only: Horovod's example exactly, no sharding
     epochs: int = 12
     batch_size: int = 128  # per worker; ignored when global_batch_size is set
     global_batch_size: int = 0  # 0: batch_size * number of workers

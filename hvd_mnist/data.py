@@ -58,9 +58,14 @@ def load_split(data_dir: str, split: str) -> Split:
     return Split(images, labels.astype(np.int64))
 
 
-def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
-    """The epoch's example order; depends on (seed, epoch) only, never on rank or size."""
-    return np.random.default_rng([seed, epoch]).permutation(num_examples)
+def epoch_permutation(seed: int, epoch: int, num_examples: int, stream: int = -1) -> np.ndarray:
+    """The epoch's example order, from (seed, epoch) only: never from rank or size.
+
+    `stream` >= 0 gives an independent order per stream, for the literal Keras
+    example in which every worker shuffles the whole set on its own.
+    """
+    key = [seed, epoch] if stream < 0 else [seed, epoch, stream]
+    return np.random.default_rng(key).permutation(num_examples)
 
 
 def rank_batch_indices(order: np.ndarray, steps: int, per_rank_batch_size: int,

@@ -24,6 +24,12 @@ def define_flags():
                         "dataset (make data).")
     flags.DEFINE_string("model_dir", "runs/mnist", "Where rank 0 writes checkpoints, "
                         "config.json and summary.json.")
+    flags.DEFINE_enum("mode", "custom", list(config_lib.MODES),
+                      "custom: the tf.function loop with DistributedGradientTape; keras: the "
+                      "model.fit baseline of Horovod's Keras example, on the same batches.")
+    flags.DEFINE_bool("keras_literal", False, "With --mode=keras: reproduce Horovod's Keras "
+                      "example literally (every worker reads the whole training set, "
+                      "epochs = ceil(epochs / workers)).")
     flags.DEFINE_integer("epochs", 12, "Passes over the 60,000 training images by all "
                          "workers together.", lower_bound=1)
     flags.DEFINE_integer("batch_size", 128, "Batch size per worker (global batch = this x "
@@ -54,6 +60,12 @@ def define_flags():
     flags.DEFINE_string("export_weights_dir", "", "If set, every rank writes its final "
                         "weights there as weights_rank<R>.npz.")
 
+    flags.register_multi_flags_validator(
+        ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
+        message="--keras_literal needs --mode=keras")
+    flags.register_multi_flags_validator(
+        ["mode", "resume"], lambda f: f["mode"] == "custom" or not f["resume"],
+        message="--resume is supported by --mode=custom only")
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
     fields = config_lib.TrainConfig.__dataclass_fields__
@@ -66,9 +78,10 @@ def main(argv):
     config = config_from_flags(FLAGS)
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     try:
-        from hvd_mnist import data, train
+        from hvd_mnist import data, keras_fit, train
         data.check_prepared(config.data_dir)  # before Horovod does any work
-        train.train_and_evaluate(config)
+        trainer = train if config.mode == "custom" else keras_fit
+        trainer.train_and_evaluate(config)
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
         return 1

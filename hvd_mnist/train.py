@@ -144,7 +144,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     if config.export_weights_dir:
         job_lib.export_weights(config.export_weights_dir, model, topology.rank)
     summary = job_lib.summarize(job, history, first_epoch=epochs_done + 1,
-                                wall_seconds=time.perf_counter() - wall_start,
+                                wall_seconds=time.perf_counter() - wall_start, mode="custom",
                                 train_step_traces=train_step.experimental_get_tracing_count())
     job_lib.finish(config, summary)
     return summary

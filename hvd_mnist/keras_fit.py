@@ -1,0 +1,132 @@
+"""The baseline: Horovod's Keras MNIST example in TF2 form (`--mode=keras`).
+
+DistributedOptimizer around the optimizer (Adadelta(1.0 x size) by default),
+BroadcastGlobalVariablesCallback(0), MetricAverageCallback, ModelCheckpoint
+and verbose output on rank 0 only. It reads the same sharded batches, in the
+same order, as the custom loop, which is what lets the parity tests compare
+the two weight for weight. `--keras_literal` reproduces the example exactly
+instead: every worker reads the whole training set in its own order, for
+ceil(epochs / size) epochs.
+"""
+
+import dataclasses
+import math
+import os
+import time
+
+import horovod.tensorflow.keras as hvd_keras
+import numpy as np
+import tensorflow as tf
+
+from hvd_mnist import config as config_lib, data, job as job_lib, model as model_lib, runtime
+
+
+class EpochRecorder(tf.keras.callbacks.Callback):
+    """Per-epoch records in the custom loop's format, printed by rank 0.
+
+    Must come after MetricAverageCallback, so val_* are already averaged
+    over ranks when it reads them.
+    """
+
+    def __init__(self, steps_per_epoch: int, global_batch_size: int, epochs: int,
+                 test_examples: int):
+        super().__init__()
+        self.images_per_epoch = steps_per_epoch * global_batch_size
+        self.epochs = epochs
+        self.test_examples = test_examples
+        self.history = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_test_begin(self, logs=None):
+        # fit() validates inside the epoch; training time stops here.
+        self._train_seconds = time.perf_counter() - self._start
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {"epoch": epoch + 1, "train_loss": float(logs["loss"]),
+                  "test_loss": float(logs["val_loss"]),
+                  "test_accuracy": float(logs["val_accuracy"]),
+                  "test_examples": self.test_examples,
+                  "train_seconds": self._train_seconds,
+                  "images_per_second": self.images_per_epoch / self._train_seconds}
+        self.history.append(record)
+        runtime.log(job_lib.format_epoch(record, self.epochs))
+
+
+def literal_epochs(epochs: int, size: int) -> int:
+    """Horovod's example divides epochs by workers, each of which reads everything."""
+    return math.ceil(epochs / size)
+
+
+def train_batch_indices(config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
+    """Every epoch's indices for this rank, concatenated: fit() consumes one dataset."""
+    rank, size = job.topology.rank, job.topology.size
+    per_epoch = []
+    for epoch in range(1, epochs + 1):
+        if config.keras_literal:
+            # The example's workers shuffle the whole set independently.
+            order = data.epoch_permutation(config.seed, epoch, len(job.train_split), stream=rank)
+            per_epoch.append(order[:job.steps_per_epoch * job.batching.per_rank_batch_size])
+        else:
+            per_epoch.append(data.train_epoch_indices(
+                len(job.train_split), seed=config.seed, epoch=epoch, steps=job.steps_per_epoch,
+                per_rank_batch_size=job.batching.per_rank_batch_size, rank=rank, size=size))
+    return np.concatenate(per_epoch)
+
+
+def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job:
+    """Every worker steps through the whole training set each epoch."""
+    steps = config_lib.steps_per_epoch(len(job.train_split), job.batching.per_rank_batch_size,
+                                       config.steps_per_epoch)
+    return dataclasses.replace(job, steps_per_epoch=steps)
+
+
+def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
+    wall_start = time.perf_counter()
+    job = job_lib.start(config)
+    rank, size = job.topology.rank, job.topology.size
+    epochs = config.epochs
+    if config.keras_literal:
+        job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
+
+    tf.keras.utils.set_random_seed(config.seed)
+    model = model_lib.build_model(dropout=config.dropout)
+    optimizer = hvd_keras.DistributedOptimizer(
+        model_lib.make_optimizer(config.optimizer, job.batching.learning_rate),
+        backward_passes_per_step=1)
+    model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
+    tf.keras.utils.set_random_seed(config.seed + rank)  # per-rank dropout, as in train.py
+
+    batch = job.batching.per_rank_batch_size
+    train_batches = data.batches_from_indices(
+        job.train_split, train_batch_indices(config, job, epochs), batch)
+    test_indices = (np.arange(len(job.test_split)) if config.keras_literal
+                    else data.eval_indices(len(job.test_split), rank, size))
+    test_batches = data.batches_from_indices(job.test_split, test_indices, batch)
+
+    recorder = EpochRecorder(job.steps_per_epoch, job.batching.global_batch_size, epochs,
+                             len(job.test_split))
+    callbacks = [
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
+        # Averages each rank's validation mean; exact when the test shards are
+        # equal (10,000 images at -np 1, 2, 4, 5, 8).
+        hvd_keras.callbacks.MetricAverageCallback(),
+        recorder,
+    ]
+    if runtime.is_chief():
+        callbacks.append(tf.keras.callbacks.ModelCheckpoint(
+            os.path.join(config.model_dir, "checkpoint-{epoch}.h5")))
+    runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
+                f"{batch} images per worker, {epochs} epochs"
+                + (" (literal Horovod example)" if config.keras_literal else ""))
+    model.fit(train_batches, epochs=epochs, steps_per_epoch=job.steps_per_epoch,
+              validation_data=test_batches, callbacks=callbacks,
+              verbose=1 if runtime.is_chief() else 0)
+
+    if config.export_weights_dir:
+        job_lib.export_weights(config.export_weights_dir, model, rank)
+    summary = job_lib.summarize(job, recorder.history, first_epoch=1,
+                                wall_seconds=time.perf_counter() - wall_start, mode="keras")
+    job_lib.finish(config, summary)
+    return summary

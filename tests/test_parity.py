@@ -1,0 +1,79 @@
+"""Parity proofs: the custom loop computes what Keras fit computes, and neither
+depends on the number of workers. Each compares final weights, not losses.
+
+All runs: dropout off, seed fixed, global batch 64, tiny dataset. The tolerances
+are far below what a real bug produces (the last tests show how far).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import horovodrun, load_weights, max_abs_difference, trainer_command
+
+pytestmark = pytest.mark.horovodrun
+
+EXACT_TOLERANCE = 1e-6     # custom loop vs Keras fit, one worker, 20 steps
+INVARIANCE_TOLERANCE = 1e-5  # any path, any -np, vs one-worker custom loop, 10 steps
+COMMON = ["--nodropout", "--global_batch_size=64", "--seed=3", "--log_every=0"]
+
+
+def train_weights(tiny_data_dir, tmp_path, name, np_, *flags, command=None):
+    """Final weights of a run (rank 0's; ranks are checked equal elsewhere)."""
+    out = tmp_path / name
+    args = (command or trainer_command())[:] + [
+        f"--data_dir={tiny_data_dir}", f"--model_dir={out}/model",
+        f"--export_weights_dir={out}/weights", *COMMON, *flags]
+    if np_ == 1 and command is None:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    else:
+        result = horovodrun(np_, args, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return load_weights(out / "weights/weights_rank0.npz")
+
+
+def report(record_property, name, difference):
+    record_property(name, difference)
+    print(f"{name}: largest absolute weight difference {difference:.3g}")
+
+
+def test_custom_loop_equals_keras_fit_at_one_worker(tiny_data_dir, tmp_path, record_property):
+    twenty_steps = ["--epochs=4", "--steps_per_epoch=5"]  # crosses epoch boundaries too
+    custom = train_weights(tiny_data_dir, tmp_path, "custom", 1, *twenty_steps)
+    keras = train_weights(tiny_data_dir, tmp_path, "keras", 1, "--mode=keras", *twenty_steps)
+    difference = max_abs_difference(custom, keras)
+    report(record_property, "custom_vs_keras_np1_20_steps", difference)
+    assert difference <= EXACT_TOLERANCE
+
+
+TEN_STEPS = ["--epochs=2", "--steps_per_epoch=5"]
+
+
+@pytest.fixture(scope="module")
+def reference_weights(tiny_data_dir, tmp_path_factory):
+    return train_weights(tiny_data_dir, tmp_path_factory.mktemp("reference"), "custom_np1", 1,
+                         *TEN_STEPS)
+
+
+@pytest.mark.parametrize("mode,np_", [
+    ("custom", 2), ("custom", 4), ("keras", 1), ("keras", 2), ("keras", 4)])
+def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path, reference_weights,
+                                                  record_property, mode, np_):
+    weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}", np_, f"--mode={mode}",
+                            *TEN_STEPS)
+    difference = max_abs_difference(reference_weights, weights)
+    report(record_property, f"{mode}_np{np_}_vs_custom_np1_10_steps", difference)
+    assert difference <= INVARIANCE_TOLERANCE
+
+
+@pytest.mark.parametrize("bug", ["sum_gradients", "no_sharding"])
+def test_the_checks_catch_a_broken_trainer(tiny_data_dir, tmp_path, reference_weights,
+                                           record_property, bug):
+    broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
+    weights = train_weights(tiny_data_dir, tmp_path, bug, 2, *TEN_STEPS, command=broken)
+    difference = max_abs_difference(reference_weights, weights)
+    report(record_property, f"broken_{bug}_np2_vs_custom_np1", difference)
+    # A real bug misses the tolerance by orders of magnitude, not by rounding.
+    assert difference > 100 * INVARIANCE_TOLERANCE
