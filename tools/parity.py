@@ -1,0 +1,112 @@
+"""Full-size parity report: the custom loop and Keras fit, default recipe, full MNIST.
+
+    make parity            # -np 2; about 30 minutes on a 2-core machine
+
+Trains both paths one after the other and writes reports/parity.md and
+reports/parity.json: per-epoch test loss and accuracy of each, wall time,
+images/second, and whether both reach 99.0% within 0.3 points of each other.
+Exits non-zero if they don't.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import runlib
+
+MIN_ACCURACY = 0.990
+MAX_GAP_POINTS = 0.3
+MODES = ("custom", "keras")
+
+
+def run_both(np_, data_dir, out_dir, timeout_seconds):
+    results = {}
+    for mode in MODES:
+        model_dir = os.path.join(out_dir, mode)
+        args = ["-m", "hvd_mnist.main", f"--mode={mode}", f"--data_dir={data_dir}",
+                f"--model_dir={model_dir}"]
+        rc, seconds = runlib.launch(np_, args, os.path.join(out_dir, f"{mode}.log"),
+                                    timeout_seconds)
+        if rc != 0:
+            sys.exit(f"parity: the {mode} run failed ({rc}); see {out_dir}/{mode}.log")
+        results[mode] = {**runlib.read_summary(model_dir), "launch_seconds": seconds,
+                         "command": "horovodrun -np %d -H localhost:%d python %s" % (
+                             np_, np_, " ".join(args))}
+    return results
+
+
+def verdict(results):
+    custom, keras = (results[m]["test_accuracy"] for m in MODES)
+    gap_points = 100 * abs(custom - keras)
+    passed = min(custom, keras) >= MIN_ACCURACY and gap_points <= MAX_GAP_POINTS
+    return {"custom_accuracy": custom, "keras_accuracy": keras, "gap_points": gap_points,
+            "passed": passed}
+
+
+def markdown(results, outcome, np_, machine, when):
+    custom, keras = results["custom"], results["keras"]
+    lines = [
+        "# Parity report: custom loop vs Keras fit",
+        "",
+        f"Produced by `make parity` on {when}, on {machine}, at -np {np_} "
+        "(Horovod with Gloo, tensorflow-cpu 2.15.1), default recipe (Adadelta 1.0 x workers, "
+        "128 images per worker, 12 epochs of 60,000 images over all workers).",
+        "",
+        "| epoch | custom test loss | custom test accuracy | keras test loss "
+        "| keras test accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for c, k in zip(custom["history"], keras["history"]):
+        lines.append(f"| {c['epoch']} | {c['test_loss']:.4f} | {100 * c['test_accuracy']:.2f}% "
+                     f"| {k['test_loss']:.4f} | {100 * k['test_accuracy']:.2f}% |")
+    lines += [
+        "",
+        "| path | final test accuracy | training s | wall s (launch to exit) | images/s |",
+        "|---|---|---|---|---|",
+    ]
+    for mode in MODES:
+        r = results[mode]
+        lines.append(f"| {mode} | {100 * r['test_accuracy']:.2f}% | {r['train_seconds']:.0f} | "
+                     f"{r['launch_seconds']:.0f} | {r['images_per_second']:.0f} |")
+    lines += [
+        "",
+        f"Difference in final accuracy: {outcome['gap_points']:.2f} percentage points "
+        f"(allowed: {MAX_GAP_POINTS}); both at least {100 * MIN_ACCURACY:.1f}%: "
+        f"{'yes' if min(outcome['custom_accuracy'], outcome['keras_accuracy']) >= MIN_ACCURACY else 'no'}. "
+        f"**{'PASS' if outcome['passed'] else 'FAIL'}**.",
+        "",
+        f"Accuracy is over all {custom['test_examples']:,} test images (custom loop: sums across "
+        "ranks; Keras: each rank's equal share averaged by MetricAverageCallback). Training "
+        "time excludes evaluation. Commands:",
+        "",
+    ]
+    lines += [f"    {results[m]['command']}" for m in MODES]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--data_dir", default="data/tfds")
+    parser.add_argument("--out_dir", default="runs/parity")
+    parser.add_argument("--report_dir", default="reports")
+    parser.add_argument("--timeout_seconds", type=int, default=1800, help="per run")
+    args = parser.parse_args()
+    results = run_both(args.np, args.data_dir, args.out_dir, args.timeout_seconds)
+    outcome = verdict(results)
+    os.makedirs(args.report_dir, exist_ok=True)
+    machine, when = runlib.machine_description(), runlib.now()
+    with open(os.path.join(args.report_dir, "parity.json"), "w") as f:
+        json.dump({"machine": machine, "date": when, "np": args.np, **outcome,
+                   "runs": results}, f, indent=2)
+    with open(os.path.join(args.report_dir, "parity.md"), "w") as f:
+        f.write(markdown(results, outcome, args.np, machine, when))
+    print(f"parity: custom {100 * outcome['custom_accuracy']:.2f}%, keras "
+          f"{100 * outcome['keras_accuracy']:.2f}%, gap {outcome['gap_points']:.2f} points: "
+          f"{'PASS' if outcome['passed'] else 'FAIL'} ({args.report_dir}/parity.md)")
+    return 0 if outcome["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
