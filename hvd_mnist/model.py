@@ -44,3 +44,25 @@ def make_optimizer(name: str, learning_rate: float) -> tf.keras.optimizers.Optim
     if name == "sgd":
         return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+class WarmupLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `peak` over `warmup_steps`, then linear decay to 0 at `total_steps`.
+
+    Warm-up keeps the large early steps of a scaled-up learning rate from
+    diverging; decaying to zero by the last step lets a short run settle.
+    """
+
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
+        super().__init__()
+        self.peak, self.warmup_steps, self.total_steps = peak, warmup_steps, total_steps
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32) + 1.0  # the rate used by the step-th update
+        warmup = step / max(self.warmup_steps, 1)
+        decay = (self.total_steps + 1 - step) / max(self.total_steps - self.warmup_steps, 1)
+        return self.peak * tf.clip_by_value(tf.minimum(warmup, decay), 0.0, 1.0)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps,
+                "total_steps": self.total_steps}

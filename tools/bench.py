@@ -1,0 +1,209 @@
+"""Side-by-side benchmark of the training paths on this machine: `make bench`.
+
+One run measures, in this order, and writes a table plus reports/bench.json:
+  1. a plain single-process tf.function step of the same model, no Horovod
+     (the machine's practical limit), and the input pipeline alone;
+  2. steady-state training throughput of the custom loop and of Keras fit at
+     -np 1, 2 and 4: images/s over all ranks, median of 20-step windows with the
+     first window (tracing, warm-up) dropped; peak resident memory per rank;
+     time from launch to the first finished step; time from the last step to exit;
+  3. time to 99.0% test accuracy at -np 2: the seed recipe on both paths and
+     `--recipe=fast` on the custom loop (training seconds, evaluation excluded).
+About 15 minutes on a 2-core machine.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import runlib
+
+SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(SCRIPT_DIR))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+WINDOW_STEPS = 20
+THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
+TARGET_ACCURACY = 0.99
+
+
+def median_window_rate(rates):
+    steady = rates[1:] if len(rates) > 1 else rates
+    return statistics.median(steady) if steady else float("nan")
+
+
+def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
+    """The same model and optimizer in one process, no Horovod, synthetic batches."""
+    import tensorflow as tf
+    from hvd_mnist import model as model_lib
+
+    threads = len(os.sched_getaffinity(0))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    tf.keras.utils.set_random_seed(0)
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer("adadelta", 1.0)
+    optimizer.build(model.trainable_variables)
+    loss_fn = model_lib.make_loss()
+    images = tf.random.uniform([batch_size, 28, 28, 1])
+    labels = tf.random.uniform([batch_size], maxval=10, dtype=tf.int64)
+
+    @tf.function
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+        return loss
+
+    for _ in range(WINDOW_STEPS):  # trace and warm up
+        step(images, labels)
+    rates = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(WINDOW_STEPS):
+            loss = step(images, labels)
+        float(loss)
+        rates.append(WINDOW_STEPS * batch_size / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def pipeline_images_per_second(data_dir: str, batch_size: int, size: int) -> float:
+    """Rank 0's training input for one epoch at `size` ranks, with nothing consuming it."""
+    from hvd_mnist import config, data
+    train = data.load_split(data_dir, "train")
+    steps = config.steps_per_epoch(len(train), batch_size * size)
+    indices = data.train_epoch_indices(len(train), seed=0, epoch=1, steps=steps,
+                                       per_rank_batch_size=batch_size, rank=0, size=size)
+    batches = iter(data.batches_from_indices(train, indices, batch_size))
+    next(batches)  # start-up
+    start, images = time.perf_counter(), 0
+    for batch_images, _ in batches:
+        images += int(batch_images.shape[0])
+    return images / (time.perf_counter() - start)
+
+
+def launch_run(name, np_, flags, data_dir, out_dir, timeout_seconds):
+    model_dir = os.path.join(out_dir, name)
+    args = ["-m", "hvd_mnist.main", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+            "--log_every=0", *flags]
+    launch_unix = time.time()
+    rc, seconds = runlib.launch(np_, args, os.path.join(out_dir, f"{name}.log"), timeout_seconds)
+    exit_unix = time.time()
+    if rc != 0:
+        sys.exit(f"bench: run {name} failed ({rc}); see {out_dir}/{name}.log")
+    summary = runlib.read_summary(model_dir)
+    timing = summary["timing"]
+    return {
+        "np": np_, "flags": flags, "summary": summary,
+        "images_per_second": median_window_rate(timing["window_images_per_second"]),
+        "peak_rss_mib_per_rank": summary["peak_rss_mib_per_rank"],
+        "launch_to_first_step_seconds": timing["first_step_unix_time"] - launch_unix,
+        "last_step_to_exit_seconds": exit_unix - timing["last_step_unix_time"],
+        "launch_seconds": seconds,
+    }
+
+
+def seconds_to_accuracy(summary, target=TARGET_ACCURACY):
+    """Training seconds (evaluation excluded) until the first epoch at or above target."""
+    elapsed = 0.0
+    for record in summary["history"]:
+        elapsed += record["train_seconds"]
+        if record["test_accuracy"] >= target:
+            return elapsed, record["epoch"]
+    return None, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="data/tfds")
+    parser.add_argument("--out_dir", default="runs/bench")
+    parser.add_argument("--report", default="reports/bench.json")
+    parser.add_argument("--nps", default="1,2,4")
+    parser.add_argument("--skip_accuracy", action="store_true",
+                        help="skip the time-to-99%% runs (the longest part)")
+    args = parser.parse_args()
+    nps = [int(n) for n in args.nps.split(",")]
+    started = time.perf_counter()
+
+    results = {"machine": runlib.machine_description(), "date": runlib.now()}
+    results["plain_tf_images_per_second"] = plain_tf_images_per_second(128)
+    results["pipeline_images_per_second_per_rank"] = pipeline_images_per_second(
+        args.data_dir, 128, size=2)
+    print(f"plain TF: {results['plain_tf_images_per_second']:.0f} images/s; input pipeline: "
+          f"{results['pipeline_images_per_second_per_rank']:.0f} images/s per rank", flush=True)
+
+    runs = results["throughput"] = {}
+    for np_ in nps:
+        for mode in ("custom", "keras"):
+            name = f"{mode}_np{np_}"
+            runs[name] = launch_run(name, np_, [f"--mode={mode}", "--epochs=1",
+                                                f"--steps_per_epoch={THROUGHPUT_STEPS}"],
+                                    args.data_dir, args.out_dir, timeout_seconds=900)
+            print(f"{name}: {runs[name]['images_per_second']:.0f} images/s", flush=True)
+
+    if not args.skip_accuracy:
+        accuracy = results["time_to_accuracy"] = {}
+        target_flag = f"--target_accuracy={TARGET_ACCURACY}"
+        for name, flags in [("seed_custom", ["--mode=custom"]), ("seed_keras", ["--mode=keras"]),
+                            ("fast_custom", ["--mode=custom", "--recipe=fast"])]:
+            run = launch_run(f"accuracy_{name}", 2, [*flags, target_flag], args.data_dir,
+                             args.out_dir, timeout_seconds=1800)
+            seconds, epoch = seconds_to_accuracy(run["summary"])
+            accuracy[name] = {"training_seconds": seconds, "epoch": epoch,
+                              "final_test_accuracy": run["summary"]["test_accuracy"],
+                              "flags": run["flags"]}
+            print(f"time to {TARGET_ACCURACY:.1%} at -np 2, {name}: {seconds} s (epoch {epoch})",
+                  flush=True)
+
+    results["ratios"] = ratios(results, nps)
+    results["bench_seconds"] = time.perf_counter() - started
+    os.makedirs(os.path.dirname(args.report) or ".", exist_ok=True)
+    with open(args.report, "w") as f:
+        json.dump(results, f, indent=2)
+    print(table(results, nps))
+    print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report}")
+
+
+def ratios(results, nps):
+    runs = results["throughput"]
+    out = {}
+    for np_ in nps:
+        out[f"custom_over_keras_np{np_}"] = (runs[f"custom_np{np_}"]["images_per_second"]
+                                             / runs[f"keras_np{np_}"]["images_per_second"])
+    if 1 in nps:
+        custom1 = runs["custom_np1"]["images_per_second"]
+        out["custom_np1_over_plain_tf"] = custom1 / results["plain_tf_images_per_second"]
+        out["pipeline_over_training_np1"] = (results["pipeline_images_per_second_per_rank"]
+                                             / custom1)
+    if 2 in nps:
+        per_rank = runs["custom_np2"]["images_per_second"] / 2
+        out["pipeline_over_training_per_rank_np2"] = (
+            results["pipeline_images_per_second_per_rank"] / per_rank)
+    return out
+
+
+def table(results, nps):
+    lines = ["", "| run | images/s | peak RSS MiB/rank | launch to 1st step s | last step to exit s |",
+             "|---|---|---|---|---|",
+             f"| plain TF, 1 process, no Horovod | {results['plain_tf_images_per_second']:.0f} "
+             "| | | |",
+             f"| input pipeline alone, per rank | "
+             f"{results['pipeline_images_per_second_per_rank']:.0f} | | | |"]
+    for name, run in results["throughput"].items():
+        lines.append(f"| {name} | {run['images_per_second']:.0f} | "
+                     f"{max(run['peak_rss_mib_per_rank']):.0f} | "
+                     f"{run['launch_to_first_step_seconds']:.1f} | "
+                     f"{run['last_step_to_exit_seconds']:.1f} |")
+    for name, value in results.get("time_to_accuracy", {}).items():
+        lines.append(f"| time to 99.0% at -np 2, {name} | {value['training_seconds']} s "
+                     f"(epoch {value['epoch']}) | | | |")
+    lines += ["", "ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items())]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
