@@ -55,10 +55,9 @@ def define_flags():
                         "weights there as weights_rank<R>.npz.")
     flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable runs: TF op determinism and "
                       "no Horovod tensor fusion (slower; see README).")
-    flags.DEFINE_integer("inject_nan_at_step", 0, "Testing aid: set rank 0's output bias to NaN "
-                         "before this step (counted from 1 over the whole run) to see training "
-                         "stop.",
-                         lower_bound=0)
+    flags.DEFINE_integer("inject_nan_at_step", 0, "Testing aid: set rank 0's output bias to "
+                         "NaN before this step (counted from 1 over the run) to see training "
+                         "stop.", lower_bound=0)
 
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:

@@ -139,8 +139,8 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
             if run_step == config.inject_nan_at_step and runtime.is_chief():
                 inject_nan(model)
             loss = train_step(images, labels)
-            # Reading the previous step's loss, not this one's, lets the step just
-            # started run (on a GPU) while the host waits, so checking every step is free.
+            # Reading the previous step's loss, not this one's, never makes the host
+            # wait for the step it has just started (on a GPU, that would stall it).
             if previous:
                 check_finite(float(previous[1]), previous[0])
             previous = (f"step {run_step} (epoch {epoch}, step {step} of {steps})", loss)

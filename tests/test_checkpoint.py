@@ -42,7 +42,7 @@ def truncate(path):
     (lambda prefix: truncate(prefix + ".data-00000-of-00001"), "Read less bytes than requested"),
     (lambda prefix: truncate(prefix + ".index"), "not an sstable"),
     (lambda prefix: os.remove(prefix + ".index"), "ckpt-2"),
-])
+], ids=["truncated data", "truncated index", "missing index"])
 def test_damaged_checkpoint_is_an_error_naming_it(tmp_path, damage, reason):
     store, _ = make_store(tmp_path)
     store.save(1)
