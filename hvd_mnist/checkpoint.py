@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from hvd_mnist.errors import UserFacingError
+from hvd_mnist.errors import UserFacingError, short_reason
 
 
 class CheckpointStore:
@@ -39,11 +39,19 @@ class CheckpointStore:
         """
         path = self.latest
         if path is None:
+            state_file = os.path.join(self.directory, "checkpoint")
+            if os.path.exists(state_file):
+                # TF reads an unparsable state file as "no checkpoint"; here that
+                # would quietly throw the run's progress away.
+                raise UserFacingError(f"{state_file} is damaged and names no checkpoint; "
+                                      "repair or delete it, or use another --model_dir")
             return 0
         try:
             self._checkpoint.restore(path).assert_existing_objects_matched()
-        except (tf.errors.OpError, AssertionError, ValueError) as e:
-            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise UserFacingError(f"cannot restore checkpoint {path} ({first_line}); "
-                                  "delete it or use another --model_dir") from None
+        # IndexError: what TF's reader raises on a truncated .data file.
+        except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
+            raise UserFacingError(
+                f"cannot restore checkpoint {path} ({short_reason(e)}); its .index and "
+                ".data files are damaged or from a different model: delete them or use "
+                "another --model_dir") from None
         return int(self.epoch.numpy())

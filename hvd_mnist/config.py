@@ -34,6 +34,8 @@ class TrainConfig:
     dropout: bool = True
     threads_per_rank: int = 0  # 0: cores / local size
     export_weights_dir: str = ""  # when set, every rank writes its final weights here
+    deterministic: bool = False  # TF op determinism and no tensor fusion: bitwise-repeatable runs
+    inject_nan_at_step: int = 0  # testing aid: NaN weights on rank 0 before this step
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.errors import DataError
+from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"
 DATASET_VERSION = "3.0.1"
@@ -51,10 +51,11 @@ def load_split(data_dir: str, split: str) -> Split:
             DATASET, split=split, data_dir=data_dir, download=False, as_supervised=True,
             batch_size=-1, shuffle_files=False))
     except (tf.errors.OpError, AssertionError, ValueError) as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"cannot read the {split} split of {DATASET} in {data_dir!r} "
-                        f"({first_line}); prepare it again with: "
-                        f"{PREPARE_COMMAND.format(data_dir=data_dir)}") from None
+        files = os.path.join(data_dir, DATASET, DATASET_VERSION, f"{DATASET}-{split}.tfrecord-*")
+        raise DataError(f"cannot read the {split} split of {DATASET} from {files} "
+                        f"({short_reason(e)}); the prepared files are damaged or incomplete: "
+                        f"prepare them again with: {PREPARE_COMMAND.format(data_dir=data_dir)}"
+                        ) from None
     return Split(images, labels.astype(np.int64))
 
 

@@ -30,6 +30,7 @@ def start(config: config_lib.TrainConfig) -> Job:
     Every check here either runs identically on every rank or goes through
     `runtime.on_chief`, so a bad input stops all ranks, not just one.
     """
+    runtime.configure_determinism(config.deterministic)
     topology = runtime.init_horovod()
     runtime.configure_gpus(topology.local_rank)
     runtime.configure_threads(runtime.threads_per_rank(

@@ -59,6 +59,11 @@ def define_flags():
                          "processes on this host).", lower_bound=0)
     flags.DEFINE_string("export_weights_dir", "", "If set, every rank writes its final "
                         "weights there as weights_rank<R>.npz.")
+    flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable runs: TF op determinism and "
+                      "no Horovod tensor fusion (slower; see README).")
+    flags.DEFINE_integer("inject_nan_at_step", 0, "Testing aid: set rank 0's output bias to "
+                         "NaN before this step (counted from 1 over the run) to see training "
+                         "stop.", lower_bound=0)
 
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],

@@ -4,6 +4,7 @@ Every path (custom loop, Keras fit, benchmarks, tests) builds its model here,
 so they all train exactly the same network.
 """
 
+import numpy as np
 import tensorflow as tf
 
 NUM_CLASSES = 10
@@ -18,17 +19,37 @@ def build_model(dropout: bool = True) -> tf.keras.Model:
     """
     keep = 1.0 if dropout else 0.0
     layers = tf.keras.layers
+    # "stateful": each layer draws from its own tf.random.Generator, which
+    # reseed_dropout can restart (see there).
     return tf.keras.Sequential([
         tf.keras.Input(shape=INPUT_SHAPE),
         layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
         layers.Conv2D(64, (3, 3), activation="relu"),
         layers.MaxPooling2D(pool_size=(2, 2)),
-        layers.Dropout(0.25 * keep),
+        layers.Dropout(0.25 * keep, rng_type="stateful"),
         layers.Flatten(),
         layers.Dense(128, activation="relu"),
-        layers.Dropout(0.5 * keep),
+        layers.Dropout(0.5 * keep, rng_type="stateful"),
         layers.Dense(NUM_CLASSES, activation="softmax"),
     ], name="mnist_cnn")
+
+
+def reseed_dropout(model: tf.keras.Model, seed_words: tuple) -> None:
+    """Restarts every Dropout layer's random stream from a seed made of `seed_words`.
+
+    Keras's default dropout draws from stateful kernels whose position lives in
+    TF's runtime, out of reach of any checkpoint, so a resumed run would draw
+    other masks than the run it replaces. Restarting each layer's generator
+    from, say, (seed, rank, epoch) at every epoch start makes the mask of every
+    step a pure function of where the step is, however the run got there.
+    """
+    dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
+    for index, layer in enumerate(dropouts):
+        words = [*seed_words, index]
+        seed = int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]) >> 1
+        rng = layer._random_generator  # Keras keeps no public handle on it
+        rng._maybe_init()  # no-op once the layer is built
+        rng._generator.reset_from_seed(seed)
 
 
 def make_loss():

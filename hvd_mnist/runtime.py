@@ -21,6 +21,19 @@ class Topology:
     local_size: int
 
 
+def configure_determinism(deterministic: bool, environ=os.environ, tf_config=tf.config) -> None:
+    """Makes a run bitwise repeatable for a given -np and seed; must run before hvd.init.
+
+    Tensor fusion packs whichever gradients are ready into one buffer, so the
+    allreduce summation order, and the weights' last bits, depend on timing;
+    threshold 0 allreduces each tensor on its own. TF's determinism covers the rest.
+    """
+    if not deterministic:
+        return
+    environ["HOROVOD_FUSION_THRESHOLD"] = "0"
+    tf_config.experimental.enable_op_determinism()
+
+
 def init_horovod() -> Topology:
     hvd.init()
     return Topology(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())

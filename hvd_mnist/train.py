@@ -78,6 +78,15 @@ def check_finite(loss: float, where: str) -> None:
                               "--learning_rate or check the input data")
 
 
+def inject_nan(model) -> None:
+    """Testing aid: divergence as it looks in practice, NaN weights, here on one rank.
+
+    (NaN pixels are not enough: max pooling discards NaN, and the loss stayed finite.)
+    """
+    bias = model.layers[-1].bias
+    bias.assign(tf.fill(bias.shape, math.nan))
+
+
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     """Trains with the custom loop on every rank; returns the run's summary."""
     wall_start = time.perf_counter()
@@ -100,8 +109,6 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     if config.resume:
         runtime.log(f"resuming after epoch {epochs_done} from {store.latest}" if epochs_done
                     else f"--resume: no checkpoint in {store.directory}, starting fresh")
-    # Dropout masks differ per rank, as they would on separate machines.
-    tf.keras.utils.set_random_seed(config.seed + topology.rank)
 
     train_step = make_train_step(model, optimizer, model_lib.make_loss())
     eval_step = make_eval_step(model)
@@ -119,19 +126,30 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
             len(train_split), seed=config.seed, epoch=epoch, steps=steps,
             per_rank_batch_size=batching.per_rank_batch_size,
             rank=topology.rank, size=topology.size)
+        # Masks differ per rank, as they would on separate machines, and depend
+        # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
+        model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch))
         epoch_start = time.perf_counter()
         loss_total = tf.constant(0.0)
+        previous = None  # (where, loss) of the step before, checked one step late
         for step, (images, labels) in enumerate(
                 data.batches_from_indices(train_split, indices, batching.per_rank_batch_size),
                 start=1):
+            run_step = (epoch - 1) * steps + step
+            if run_step == config.inject_nan_at_step and runtime.is_chief():
+                inject_nan(model)
             loss = train_step(images, labels)
+            # Reading the previous step's loss, not this one's, never makes the host
+            # wait for the step it has just started (on a GPU, that would stall it).
+            if previous:
+                check_finite(float(previous[1]), previous[0])
+            previous = (f"step {run_step} (epoch {epoch}, step {step} of {steps})", loss)
             loss_total += loss
             if config.log_every and step % config.log_every == 0:
-                check_finite(float(loss), f"epoch {epoch} step {step}")
                 runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
+        check_finite(float(previous[1]), previous[0])  # before any checkpoint of this epoch
         epoch_train_loss = float(loss_total) / steps
         epoch_seconds = time.perf_counter() - epoch_start
-        check_finite(epoch_train_loss, f"the end of epoch {epoch}")
         metrics = evaluate(eval_step, eval_batches)
         record = {"epoch": epoch, "train_loss": epoch_train_loss, **metrics,
                   "train_seconds": epoch_seconds,

@@ -1,5 +1,8 @@
 """Sharding, ordering and preprocessing of the input pipeline."""
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -84,3 +87,19 @@ def test_load_split_reads_prepared_tfds(tiny_data_dir):
 def test_unprepared_data_dir_names_the_prepare_command(tmp_path):
     with pytest.raises(DataError, match="python -m hvd_mnist.prepare"):
         data.check_prepared(str(tmp_path))
+
+
+def test_truncated_record_file_is_one_line_asking_to_prepare_again(tiny_data_dir, tmp_path):
+    damaged = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, damaged)
+    record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
+    os.truncate(record, os.path.getsize(record) // 2)
+    with pytest.raises(DataError) as error:
+        data.load_split(str(damaged), "train")
+    message = str(error.value)
+    assert "\n" not in message and "{{" not in message
+    assert message.startswith(f"cannot read the train split of mnist from {damaged}/mnist/3.0.1/"
+                              "mnist-train.tfrecord-* (Input dataset was expected to contain "
+                              "480 elements but contained only")
+    assert message.endswith(f"prepare them again with: make data (or: python -m "
+                            f"hvd_mnist.prepare --data_dir={damaged})")

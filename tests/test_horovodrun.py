@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -74,3 +75,30 @@ def test_global_batch_not_divisible_stops_every_rank(tiny_data_dir, tmp_path):
     output = result.stdout + result.stderr
     assert "--global_batch_size=64 is not divisible by the 3 workers" in output
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp_path):
+    damaged = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, damaged)
+    record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
+    os.truncate(record, os.path.getsize(record) // 2)
+    model_dir = tmp_path / "model"  # what an earlier run left behind must stay as it was
+    (model_dir / "checkpoints").mkdir(parents=True)
+    (model_dir / "config.json").write_text("{}")
+    (model_dir / "checkpoints/checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    before = snapshot(model_dir)
+
+    result = horovodrun(2, trainer_command(f"--data_dir={damaged}", f"--model_dir={model_dir}",
+                                           "--resume"), timeout=90)
+    assert result.returncode != 0
+    error = (f"hvd_mnist: error: cannot read the train split of mnist from {damaged}/mnist/"
+             "3.0.1/mnist-train.tfrecord-* (Input dataset was expected to contain 480 elements")
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
+    assert snapshot(model_dir) == before
+
+
+def snapshot(directory):
+    """Every file under directory with its contents and modification time."""
+    return {(path, path.read_bytes(), path.stat().st_mtime_ns)
+            for path in directory.rglob("*") if path.is_file()}

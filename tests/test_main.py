@@ -25,9 +25,11 @@ def parsed_flags():
 
 def test_config_from_flags_carries_every_field(parsed_flags):
     cfg = main.config_from_flags(parsed_flags("--epochs=3", "--global_batch_size=64",
-                                              "--optimizer=adam", "--nodropout"))
+                                              "--optimizer=adam", "--nodropout",
+                                              "--deterministic", "--inject_nan_at_step=7"))
     assert isinstance(cfg, config.TrainConfig)
     assert (cfg.epochs, cfg.global_batch_size, cfg.optimizer, cfg.dropout) == (3, 64, "adam", False)
+    assert (cfg.deterministic, cfg.inject_nan_at_step) == (True, 7)
     assert cfg.learning_rate is None and cfg.batch_size == 128
 
 
@@ -37,6 +39,7 @@ def test_config_from_flags_carries_every_field(parsed_flags):
     ("--learning_rate=-0.5", "--learning_rate must be > 0"),
     ("--optimizer=rmsprop", "flag --optimizer=rmsprop: value should be one of"),
     ("--steps_per_epoch=-3", "flag --steps_per_epoch=-3"),
+    ("--learning_rate=0", "--learning_rate must be > 0"),
 ])
 def test_bad_flag_values_are_rejected_with_the_flag_name(parsed_flags, flag, message):
     with pytest.raises(flags.IllegalFlagValueError, match=message.replace("+", r"\+")):

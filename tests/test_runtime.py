@@ -57,3 +57,15 @@ def test_configure_threads_sets_both_pools():
     fake = FakeTfConfig(num_gpus=0)
     runtime.configure_threads(1, tf_config=fake)
     assert fake.threads == {"intra": 1, "inter": 1}
+
+
+def test_deterministic_turns_off_tensor_fusion_and_on_op_determinism():
+    calls = []
+    fake = types.SimpleNamespace(experimental=types.SimpleNamespace(
+        enable_op_determinism=lambda: calls.append("op determinism")))
+    environ = {"HOROVOD_FUSION_THRESHOLD": "67108864"}
+    runtime.configure_determinism(True, environ=environ, tf_config=fake)
+    assert environ == {"HOROVOD_FUSION_THRESHOLD": "0"} and calls == ["op determinism"]
+    environ = {}
+    runtime.configure_determinism(False, environ=environ, tf_config=fake)
+    assert environ == {} and calls == ["op determinism"]

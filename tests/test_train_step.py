@@ -56,3 +56,21 @@ def test_evaluate_counts_loss_and_correct_exactly(tiny_splits):
 def test_non_finite_loss_is_an_error_naming_where():
     with pytest.raises(Exception, match="loss is nan at epoch 2 step 40"):
         train.check_finite(float("nan"), "epoch 2 step 40")
+
+
+def test_dropout_masks_depend_only_on_the_reseed_words():
+    model = model_lib.build_model()
+    images = tf.ones([4, *model_lib.INPUT_SHAPE])
+
+    def outputs_after_reseed(words, calls=2):
+        model_lib.reseed_dropout(model, words)
+        return [model(images, training=True).numpy() for _ in range(calls)]
+
+    first, second = outputs_after_reseed((42, 0, 3))
+    assert not np.array_equal(first, second), "masks must change from step to step"
+    model(images, training=True)  # the stream moves on; a reseed must bring it back
+    again = outputs_after_reseed((42, 0, 3))
+    assert np.array_equal(first, again[0]) and np.array_equal(second, again[1])
+    other_rank = outputs_after_reseed((42, 1, 3), calls=1)[0]
+    other_epoch = outputs_after_reseed((42, 0, 4), calls=1)[0]
+    assert not np.array_equal(first, other_rank) and not np.array_equal(first, other_epoch)

@@ -1,0 +1,128 @@
+"""Faults during real `horovodrun -np 2` jobs: killed workers, kills during a save, NaN
+losses, damaged checkpoints, an unwritable model_dir; and exact resume afterwards.
+
+All runs share deterministic flags, so any resumed run must end with exactly the
+weights of the uninterrupted reference run: 3 epochs of 5 steps, dropout on.
+"""
+
+import os
+import shutil
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import horovodrun, load_weights, max_abs_difference, trainer_command
+
+pytestmark = pytest.mark.horovodrun
+
+FLAGS = ["--epochs=3", "--steps_per_epoch=5", "--batch_size=16", "--log_every=5",
+         "--deterministic"]
+WITH_FAULT = os.path.join(os.path.dirname(__file__), "with_fault.py")
+
+
+def run(tiny_data_dir, model_dir, *extra, fault=None, timeout=120):
+    command = trainer_command(f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}",
+                              f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
+    if fault:
+        command = [sys.executable, WITH_FAULT, *command[3:]]
+    return horovodrun(2, command, timeout=timeout,
+                      env={"HVD_MNIST_TEST_FAULT": fault} if fault else None)
+
+
+def final_weights(model_dir):
+    return [load_weights(f"{model_dir}/weights/weights_rank{rank}.npz") for rank in (0, 1)]
+
+
+def assert_bitwise_equal(weights, reference):
+    for rank in (0, 1):
+        assert max_abs_difference(weights[rank], reference[rank]) == 0.0, f"rank {rank}"
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_data_dir, tmp_path_factory):
+    """Final weights of the uninterrupted run."""
+    model_dir = tmp_path_factory.mktemp("reference")
+    result = run(tiny_data_dir, model_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return final_weights(model_dir)
+
+
+def test_same_flags_give_bitwise_identical_weights(tiny_data_dir, tmp_path, reference):
+    result = run(tiny_data_dir, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_bitwise_equal(final_weights(tmp_path), reference)
+    assert max_abs_difference(*reference) == 0.0, "ranks disagree"
+
+
+def test_killed_worker_ends_the_job_and_resume_is_exact(tiny_data_dir, tmp_path, reference):
+    # Rank 1 dies at the start of its 8th step: epoch 2, step 3, after checkpoint 1.
+    started = time.monotonic()
+    killed = run(tiny_data_dir, tmp_path, fault="kill_before_step:1:8", timeout=90)
+    wall_seconds = time.monotonic() - started
+    output = killed.stdout + killed.stderr
+    assert killed.returncode != 0 and wall_seconds < 60, output
+    assert "Process 1 exit with status code 137." in output
+    assert "Terminating remaining workers after failure of Process 1." in output
+    assert "epoch 1/3:" in output and "epoch 2/3:" not in output
+    assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-1")
+
+    resumed = run(tiny_data_dir, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 1" in resumed.stdout
+    assert_bitwise_equal(final_weights(tmp_path), reference)
+
+
+def test_kill_during_save_keeps_the_previous_checkpoint(tiny_data_dir, tmp_path, reference):
+    killed = run(tiny_data_dir, tmp_path, fault="kill_in_save:2")
+    assert killed.returncode != 0, killed.stdout + killed.stderr
+    assert "Process 0 exit with status code 137." in killed.stdout
+    assert (tmp_path / "checkpoints/ckpt-2.index").exists(), "the kill came too early"
+    assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-1")
+
+    resumed = run(tiny_data_dir, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 1" in resumed.stdout
+    assert_bitwise_equal(final_weights(tmp_path), reference)
+
+
+@pytest.fixture(scope="module")
+def nan_run(tiny_data_dir, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("nan")
+    return model_dir, run(tiny_data_dir, model_dir, "--inject_nan_at_step=7")
+
+
+def test_nan_loss_stops_every_rank_naming_the_step(nan_run):
+    model_dir, result = nan_run
+    assert result.returncode != 0
+    error = ("hvd_mnist: error: training diverged: loss is nan at step 7 (epoch 2, step 2 of 5); "
+             "lower --learning_rate or check the input data")
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
+    assert tf.train.latest_checkpoint(model_dir / "checkpoints").endswith("ckpt-1")
+    assert not list((model_dir / "checkpoints").glob("ckpt-2*")), "NaN weights were saved"
+    assert not (model_dir / "weights").exists()
+
+
+def test_resume_from_a_truncated_checkpoint_stops_every_rank(nan_run, tiny_data_dir, tmp_path):
+    shutil.copytree(nan_run[0] / "checkpoints", tmp_path / "checkpoints")
+    data_file = tmp_path / "checkpoints/ckpt-1.data-00000-of-00001"
+    os.truncate(data_file, os.path.getsize(data_file) // 2)
+    result = run(tiny_data_dir, tmp_path, "--resume", timeout=90)
+    assert result.returncode != 0
+    error = (f"hvd_mnist: error: cannot restore checkpoint {tmp_path}/checkpoints/ckpt-1 (Read "
+             "less bytes than requested)")
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
+    assert "epoch 1/3" not in result.stdout, "it started training anyway"
+
+
+def test_unwritable_model_dir_stops_every_rank_before_training(tiny_data_dir, tmp_path):
+    (tmp_path / "a_file").write_text("")  # even root cannot create a directory inside a file
+    result = run(tiny_data_dir, tmp_path / "a_file/model", timeout=90)
+    assert result.returncode != 0
+    error = f"hvd_mnist: error: --model_dir={tmp_path}/a_file/model is not writable (Not a directory)"
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
+    assert "training on" not in result.stdout

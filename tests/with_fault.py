@@ -1,0 +1,60 @@
+"""Test-only launcher: runs hvd_mnist.main with one fault injected, chosen by environment.
+
+HVD_MNIST_TEST_FAULT=
+  kill_before_step:R:N  rank R SIGKILLs itself just before its N-th training step
+                        (counted from 1 in this process)
+  kill_in_save:E        rank 0 SIGKILLs itself while saving checkpoint E: after its
+                        data files are written, before the `checkpoint` file names it
+A real kill, not an exception, so nothing gets to clean up; the product has no such hook.
+"""
+
+import os
+import signal
+
+import horovod.tensorflow as hvd
+from tensorflow.python.checkpoint import checkpoint_management
+
+from hvd_mnist import main, train
+
+
+def kill_self():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_before_step(rank, step_number):
+    make_train_step = train.make_train_step
+
+    def make_killing_train_step(*args):
+        train_step = make_train_step(*args)
+        calls = [0]
+
+        def killing_train_step(images, labels):
+            calls[0] += 1
+            if calls[0] == step_number and hvd.rank() == rank:
+                kill_self()
+            return train_step(images, labels)
+
+        killing_train_step.experimental_get_tracing_count = \
+            train_step.experimental_get_tracing_count
+        return killing_train_step
+
+    train.make_train_step = make_killing_train_step
+
+
+def kill_in_save(epoch):
+    update_state = checkpoint_management.update_checkpoint_state_internal
+
+    def killing_update_state(save_dir, model_checkpoint_path, *args, **kwargs):
+        if model_checkpoint_path.endswith(f"ckpt-{epoch}"):
+            assert os.path.exists(model_checkpoint_path + ".index")  # the data is written
+            kill_self()
+        return update_state(save_dir, model_checkpoint_path, *args, **kwargs)
+
+    checkpoint_management.update_checkpoint_state_internal = killing_update_state
+
+
+if __name__ == "__main__":
+    kind, *numbers = os.environ["HVD_MNIST_TEST_FAULT"].split(":")
+    {"kill_before_step": kill_before_step, "kill_in_save": kill_in_save}[kind](
+        *map(int, numbers))
+    main.run()
