@@ -12,7 +12,16 @@ from hvd_mnist.errors import UserFacingError
 DEFAULT_LEARNING_RATES = {"adadelta": 1.0, "adam": 0.001, "sgd": 0.01}
 OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
 MODES = ("custom", "keras")
+LR_SCHEDULES = ("constant", "warmup_linear")
 MNIST_TRAIN_EXAMPLES = 60_000
+
+# --recipe=fast: flag values it sets unless given on the command line. Why these
+# values, with the measured curves: README, "A fast recipe".
+RECIPES = {
+    "seed": {},  # Horovod's Keras example: Adadelta(1.0 x workers), 128 per worker, 12 epochs
+    "fast": {"optimizer": "adam", "learning_rate": 0.001, "batch_size": 64, "epochs": 3,
+             "lr_schedule": "warmup_linear", "warmup_epochs": 0.2},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +45,10 @@ class TrainConfig:
     export_weights_dir: str = ""  # when set, every rank writes its final weights here
     deterministic: bool = False  # TF op determinism and no tensor fusion: bitwise-repeatable runs
     inject_nan_at_step: int = 0  # testing aid: NaN weights on rank 0 before this step
+    recipe: str = "seed"  # a named set of defaults (RECIPES); explicit flags win
+    lr_schedule: str = "constant"  # or warmup_linear: warm up, then decay to 0 at the last step
+    warmup_epochs: float = 0.0  # warmup_linear only
+    target_accuracy: float = 0.0  # > 0: stop after the first epoch that reaches it
 
     def to_dict(self):
         return dataclasses.asdict(self)

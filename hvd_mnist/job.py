@@ -9,9 +9,10 @@ import dataclasses
 import json
 import os
 
+import horovod.tensorflow as hvd
 import numpy as np
 
-from hvd_mnist import config as config_lib, data, runtime
+from hvd_mnist import config as config_lib, data, model as model_lib, runtime, timing
 from hvd_mnist.errors import UserFacingError
 
 
@@ -44,6 +45,25 @@ def start(config: config_lib.TrainConfig) -> Job:
     return Job(topology, batching, train_split, test_split, steps)
 
 
+def make_optimizer(config: config_lib.TrainConfig, job: Job):
+    """The run's optimizer with its (scaled) learning rate, scheduled over the whole run.
+
+    The schedule reads the optimizer's step counter, which checkpoints keep, so
+    a resumed run continues the schedule where it stopped.
+    """
+    rate = job.batching.learning_rate
+    if config.lr_schedule == "warmup_linear":
+        rate = model_lib.WarmupLinearDecay(
+            rate, warmup_steps=round(config.warmup_epochs * job.steps_per_epoch),
+            total_steps=config.epochs * job.steps_per_epoch)
+    return model_lib.make_optimizer(config.optimizer, rate)
+
+
+def reached_target(config: config_lib.TrainConfig, test_accuracy: float) -> bool:
+    """Same answer on every rank: the accuracy it is given is already reduced across ranks."""
+    return bool(config.target_accuracy) and test_accuracy >= config.target_accuracy
+
+
 def prepare_model_dir(config: config_lib.TrainConfig, size: int) -> None:
     """Creates model_dir and records the resolved config there (rank 0 only)."""
     try:
@@ -62,8 +82,10 @@ def export_weights(directory: str, model, rank: int) -> None:
              *[v.numpy() for v in model.weights])
 
 
-def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float, **extra) -> dict:
-    """The run's summary from its per-epoch records (see format_epoch)."""
+def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float,
+              clock: timing.StepClock, **extra) -> dict:
+    """The run's summary from its per-epoch records (see format_epoch); every rank calls it."""
+    peak_rss_mib_per_rank = hvd.allgather_object(timing.peak_rss_mib(), name="peak_rss")
     train_seconds = sum(r["train_seconds"] for r in history)
     steps = len(history) * job.steps_per_epoch
     final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
@@ -78,6 +100,8 @@ def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float, **
         "train_seconds": train_seconds,
         "images_per_second": (steps * job.batching.global_batch_size / train_seconds
                               if train_seconds else 0.0),
+        "peak_rss_mib_per_rank": peak_rss_mib_per_rank,
+        "timing": clock.to_dict(),
         **extra,
         **final,
         "history": history,

@@ -18,26 +18,34 @@ import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, data, job as job_lib, model as model_lib, runtime
+from hvd_mnist import (config as config_lib, data, job as job_lib, model as model_lib, runtime,
+                       timing)
 
 
-class EpochRecorder(tf.keras.callbacks.Callback):
-    """Per-epoch records in the custom loop's format, printed by rank 0.
+class EpochBookkeeping(tf.keras.callbacks.Callback):
+    """What the custom loop does around its steps, done around fit()'s.
 
-    Must come after MetricAverageCallback, so val_* are already averaged
-    over ranks when it reads them.
+    Restarts dropout's random streams from (seed, rank, epoch), times steps,
+    records and prints per-epoch results in the custom loop's format, and
+    stops at --target_accuracy. Must come after MetricAverageCallback, so the
+    val_* values it reads are already averaged over ranks.
     """
 
-    def __init__(self, steps_per_epoch: int, global_batch_size: int, epochs: int,
-                 test_examples: int):
+    def __init__(self, config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
         super().__init__()
-        self.images_per_epoch = steps_per_epoch * global_batch_size
-        self.epochs = epochs
-        self.test_examples = test_examples
+        self.config, self.rank, self.epochs = config, job.topology.rank, epochs
+        self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
+        self.test_examples = len(job.test_split)
+        self.clock = timing.StepClock(job.batching.global_batch_size)
         self.history = []
 
     def on_epoch_begin(self, epoch, logs=None):
+        model_lib.reseed_dropout(self.model, (self.config.seed, self.rank, epoch + 1))
         self._start = time.perf_counter()
+        self.clock.epoch_started()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.clock.step_done()
 
     def on_test_begin(self, logs=None):
         # fit() validates inside the epoch; training time stops here.
@@ -52,6 +60,10 @@ class EpochRecorder(tf.keras.callbacks.Callback):
                   "images_per_second": self.images_per_epoch / self._train_seconds}
         self.history.append(record)
         runtime.log(job_lib.format_epoch(record, self.epochs))
+        if job_lib.reached_target(self.config, record["test_accuracy"]):
+            runtime.log(f"reached --target_accuracy={self.config.target_accuracy} after "
+                        f"epoch {epoch + 1}")
+            self.model.stop_training = True
 
 
 def literal_epochs(epochs: int, size: int) -> int:
@@ -92,11 +104,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout)
-    optimizer = hvd_keras.DistributedOptimizer(
-        model_lib.make_optimizer(config.optimizer, job.batching.learning_rate),
-        backward_passes_per_step=1)
+    optimizer = hvd_keras.DistributedOptimizer(job_lib.make_optimizer(config, job),
+                                               backward_passes_per_step=1)
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
-    tf.keras.utils.set_random_seed(config.seed + rank)  # per-rank dropout, as in train.py
 
     batch = job.batching.per_rank_batch_size
     train_batches = data.batches_from_indices(
@@ -105,14 +115,13 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                     else data.eval_indices(len(job.test_split), rank, size))
     test_batches = data.batches_from_indices(job.test_split, test_indices, batch)
 
-    recorder = EpochRecorder(job.steps_per_epoch, job.batching.global_batch_size, epochs,
-                             len(job.test_split))
+    bookkeeping = EpochBookkeeping(config, job, epochs)
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
         # Averages each rank's validation mean; exact when the test shards are
         # equal (10,000 images at -np 1, 2, 4, 5, 8).
         hvd_keras.callbacks.MetricAverageCallback(),
-        recorder,
+        bookkeeping,
     ]
     if runtime.is_chief():
         callbacks.append(tf.keras.callbacks.ModelCheckpoint(
@@ -126,7 +135,8 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     if config.export_weights_dir:
         job_lib.export_weights(config.export_weights_dir, model, rank)
-    summary = job_lib.summarize(job, recorder.history, first_epoch=1,
-                                wall_seconds=time.perf_counter() - wall_start, mode="keras")
+    summary = job_lib.summarize(job, bookkeeping.history, first_epoch=1,
+                                wall_seconds=time.perf_counter() - wall_start,
+                                clock=bookkeeping.clock, mode="keras")
     job_lib.finish(config, summary)
     return summary

@@ -65,6 +65,18 @@ def define_flags():
                          "NaN before this step (counted from 1 over the run) to see training "
                          "stop.", lower_bound=0)
 
+    flags.DEFINE_enum("recipe", "seed", list(config_lib.RECIPES),
+                      "seed: Horovod's Keras example (Adadelta 1.0 x workers, 12 epochs). fast: "
+                      "Adam with warm-up and linear decay, fewer epochs (README: A fast "
+                      "recipe). Flags given explicitly override the recipe's values.")
+    flags.DEFINE_enum("lr_schedule", "constant", list(config_lib.LR_SCHEDULES),
+                      "constant, or warmup_linear: linear warm-up over --warmup_epochs, then "
+                      "linear decay to 0 at the last step.")
+    flags.DEFINE_float("warmup_epochs", 0.0, "Warm-up length for --lr_schedule=warmup_linear.",
+                       lower_bound=0.0)
+    flags.DEFINE_float("target_accuracy", 0.0, "If > 0, stop after the first epoch whose test "
+                       "accuracy reaches it (a fraction, e.g. 0.99).", lower_bound=0.0,
+                       upper_bound=1.0)
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")
@@ -73,8 +85,12 @@ def define_flags():
         message="--resume is supported by --mode=custom only")
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
-    fields = config_lib.TrainConfig.__dataclass_fields__
-    return config_lib.TrainConfig(**{name: flag_values[name].value for name in fields})
+    """The config: flag values, with the recipe's values for flags not given explicitly."""
+    values = {name: flag_values[name].value for name in config_lib.TrainConfig.__dataclass_fields__}
+    for name, value in config_lib.RECIPES[values["recipe"]].items():
+        if not flag_values[name].present:
+            values[name] = value
+    return config_lib.TrainConfig(**values)
 
 
 def main(argv):

@@ -81,7 +81,7 @@ class WarmupLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = tf.cast(step, tf.float32) + 1.0  # the rate used by the step-th update
         warmup = step / max(self.warmup_steps, 1)
-        decay = (self.total_steps + 1 - step) / max(self.total_steps - self.warmup_steps, 1)
+        decay = (self.total_steps + 1 - step) / (self.total_steps - self.warmup_steps + 1)
         return self.peak * tf.clip_by_value(tf.minimum(warmup, decay), 0.0, 1.0)
 
     def get_config(self):

@@ -13,7 +13,8 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import checkpoint, config as config_lib, data, job as job_lib, model as model_lib, runtime
+from hvd_mnist import (checkpoint, config as config_lib, data, job as job_lib, model as model_lib,
+                       runtime, timing)
 from hvd_mnist.errors import UserFacingError
 
 IMAGE_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE], tf.float32)
@@ -96,7 +97,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout)
-    optimizer = model_lib.make_optimizer(config.optimizer, batching.learning_rate)
+    optimizer = job_lib.make_optimizer(config, job)
     # Creating the optimizer's slots now (Horovod's examples let the first step
     # create them) means rank 0's full state, fresh or restored, can be
     # broadcast before step 1, so even the first gradients come from identical
@@ -120,7 +121,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                 f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
                 f"epochs {epochs_done + 1}..{config.epochs}")
 
-    history = []
+    history, clock = [], timing.StepClock(batching.global_batch_size)
     for epoch in range(epochs_done + 1, config.epochs + 1):
         indices = data.train_epoch_indices(
             len(train_split), seed=config.seed, epoch=epoch, steps=steps,
@@ -130,6 +131,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
         model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch))
         epoch_start = time.perf_counter()
+        clock.epoch_started()
         loss_total = tf.constant(0.0)
         previous = None  # (where, loss) of the step before, checked one step late
         for step, (images, labels) in enumerate(
@@ -139,6 +141,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
             if run_step == config.inject_nan_at_step and runtime.is_chief():
                 inject_nan(model)
             loss = train_step(images, labels)
+            clock.step_done()
             # Reading the previous step's loss, not this one's, never makes the host
             # wait for the step it has just started (on a GPU, that would stall it).
             if previous:
@@ -158,11 +161,15 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         if runtime.is_chief():
             store.save(epoch)
         runtime.log(job_lib.format_epoch(record, config.epochs))
+        if job_lib.reached_target(config, metrics["test_accuracy"]):
+            runtime.log(f"reached --target_accuracy={config.target_accuracy} after epoch {epoch}")
+            break
 
     if config.export_weights_dir:
         job_lib.export_weights(config.export_weights_dir, model, topology.rank)
     summary = job_lib.summarize(job, history, first_epoch=epochs_done + 1,
-                                wall_seconds=time.perf_counter() - wall_start, mode="custom",
+                                wall_seconds=time.perf_counter() - wall_start, clock=clock,
+                                mode="custom",
                                 train_step_traces=train_step.experimental_get_tracing_count())
     job_lib.finish(config, summary)
     return summary

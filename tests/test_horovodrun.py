@@ -36,6 +36,8 @@ def test_two_ranks_end_identical_and_only_rank_0_writes(tiny_data_dir, tmp_path)
     assert summary["num_workers"] == 2 and summary["epochs_run"] == 2
     assert summary["test_examples"] == TINY_TEST
     assert summary["train_step_traces"] == 1
+    assert len(summary["peak_rss_mib_per_rank"]) == 2
+    assert summary["timing"]["first_step_unix_time"] <= summary["timing"]["last_step_unix_time"]
     assert result.stdout.count("final test loss") == 1, "only rank 0 may print"
 
 
@@ -102,3 +104,15 @@ def snapshot(directory):
     """Every file under directory with its contents and modification time."""
     return {(path, path.read_bytes(), path.stat().st_mtime_ns)
             for path in directory.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize("mode", ["custom", "keras"])
+def test_target_accuracy_stops_training_early(tiny_data_dir, tmp_path, mode):
+    result = horovodrun(2, trainer_command(
+        f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path}", f"--mode={mode}",
+        "--epochs=6", "--target_accuracy=0.5", *QUICK))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["epochs_run"] < 6 and summary["test_accuracy"] >= 0.5
+    assert all(r["test_accuracy"] < 0.5 for r in summary["history"][:-1])
+    assert "reached --target_accuracy=0.5" in result.stdout

@@ -33,6 +33,14 @@ def test_config_from_flags_carries_every_field(parsed_flags):
     assert cfg.learning_rate is None and cfg.batch_size == 128
 
 
+def test_fast_recipe_sets_its_values_and_explicit_flags_win(parsed_flags):
+    cfg = main.config_from_flags(parsed_flags("--recipe=fast", "--epochs=5"))
+    expected = {**config.RECIPES["fast"], "epochs": 5}
+    assert {name: getattr(cfg, name) for name in expected} == expected
+    seed = main.config_from_flags(parsed_flags())
+    assert (seed.optimizer, seed.epochs, seed.lr_schedule) == ("adadelta", 12, "constant")
+
+
 @pytest.mark.parametrize("flag,message", [
     ("--batch_size=-1", "flag --batch_size=-1: -1 is not a positive integer"),
     ("--epochs=0", "flag --epochs=0: 0 is not a positive integer"),

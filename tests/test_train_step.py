@@ -74,3 +74,11 @@ def test_dropout_masks_depend_only_on_the_reseed_words():
     other_rank = outputs_after_reseed((42, 1, 3), calls=1)[0]
     other_epoch = outputs_after_reseed((42, 0, 4), calls=1)[0]
     assert not np.array_equal(first, other_rank) and not np.array_equal(first, other_epoch)
+
+
+def test_warmup_linear_decay_schedule():
+    schedule = model_lib.WarmupLinearDecay(peak=2.0, warmup_steps=4, total_steps=20)
+    rates = [float(schedule(step)) for step in range(20)]
+    assert rates[:4] == pytest.approx([0.5, 1.0, 1.5, 2.0])  # warm-up, peak at its last step
+    assert all(a > b for a, b in zip(rates[3:], rates[4:]))  # then strictly decreasing
+    assert rates[-1] == pytest.approx(2.0 / 17) and float(schedule(20)) == 0.0
