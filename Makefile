@@ -15,7 +15,7 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
 SETUP_STAMP := $(VENV)/.setup-done
 DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 
-.PHONY: setup data train test parity clean
+.PHONY: setup data train test parity bench clean
 
 setup: $(SETUP_STAMP)
 
@@ -38,6 +38,10 @@ test: $(SETUP_STAMP)
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python tools/parity.py --np 2 --data_dir=$(DATA_DIR)
+
+# Throughput, memory, start-up and time-to-99% side by side; reports/bench.json (~15 min).
+bench: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python tools/bench.py --data_dir=$(DATA_DIR)
 
 clean:
 	rm -rf $(MODEL_DIR)

@@ -8,6 +8,7 @@ and leave the same files behind.
 import dataclasses
 import json
 import os
+import time
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -101,7 +102,7 @@ def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float,
         "images_per_second": (steps * job.batching.global_batch_size / train_seconds
                               if train_seconds else 0.0),
         "peak_rss_mib_per_rank": peak_rss_mib_per_rank,
-        "timing": clock.to_dict(),
+        "timing": {**clock.to_dict(), "summary_unix_time": time.time()},
         **extra,
         **final,
         "history": history,

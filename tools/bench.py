@@ -103,6 +103,8 @@ def launch_run(name, np_, flags, data_dir, out_dir, timeout_seconds):
         "peak_rss_mib_per_rank": summary["peak_rss_mib_per_rank"],
         "launch_to_first_step_seconds": timing["first_step_unix_time"] - launch_unix,
         "last_step_to_exit_seconds": exit_unix - timing["last_step_unix_time"],
+        # After the final evaluation, checkpoint and summary: shutdown alone.
+        "summary_to_exit_seconds": exit_unix - timing["summary_unix_time"],
         "launch_seconds": seconds,
     }
 
@@ -123,6 +125,7 @@ def main():
     parser.add_argument("--out_dir", default="runs/bench")
     parser.add_argument("--report", default="reports/bench.json")
     parser.add_argument("--nps", default="1,2,4")
+    parser.add_argument("--throughput_steps", type=int, default=THROUGHPUT_STEPS)
     parser.add_argument("--skip_accuracy", action="store_true",
                         help="skip the time-to-99%% runs (the longest part)")
     args = parser.parse_args()
@@ -141,7 +144,7 @@ def main():
         for mode in ("custom", "keras"):
             name = f"{mode}_np{np_}"
             runs[name] = launch_run(name, np_, [f"--mode={mode}", "--epochs=1",
-                                                f"--steps_per_epoch={THROUGHPUT_STEPS}"],
+                                                f"--steps_per_epoch={args.throughput_steps}"],
                                     args.data_dir, args.out_dir, timeout_seconds=900)
             print(f"{name}: {runs[name]['images_per_second']:.0f} images/s", flush=True)
 
@@ -187,20 +190,22 @@ def ratios(results, nps):
 
 
 def table(results, nps):
-    lines = ["", "| run | images/s | peak RSS MiB/rank | launch to 1st step s | last step to exit s |",
-             "|---|---|---|---|---|",
+    lines = ["", "| run | images/s | peak RSS MiB/rank | launch to 1st step s "
+             "| last step to exit s | summary to exit s |",
+             "|---|---|---|---|---|---|",
              f"| plain TF, 1 process, no Horovod | {results['plain_tf_images_per_second']:.0f} "
-             "| | | |",
+             "| | | | |",
              f"| input pipeline alone, per rank | "
-             f"{results['pipeline_images_per_second_per_rank']:.0f} | | | |"]
+             f"{results['pipeline_images_per_second_per_rank']:.0f} | | | | |"]
     for name, run in results["throughput"].items():
         lines.append(f"| {name} | {run['images_per_second']:.0f} | "
                      f"{max(run['peak_rss_mib_per_rank']):.0f} | "
                      f"{run['launch_to_first_step_seconds']:.1f} | "
-                     f"{run['last_step_to_exit_seconds']:.1f} |")
+                     f"{run['last_step_to_exit_seconds']:.1f} | "
+                     f"{run['summary_to_exit_seconds']:.1f} |")
     for name, value in results.get("time_to_accuracy", {}).items():
         lines.append(f"| time to 99.0% at -np 2, {name} | {value['training_seconds']} s "
-                     f"(epoch {value['epoch']}) | | | |")
+                     f"(epoch {value['epoch']}) | | | | |")
     lines += ["", "ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items())]
     return "\n".join(lines)
 
