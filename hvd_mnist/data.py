@@ -98,9 +98,13 @@ def batches_from_indices(split: Split, indices: np.ndarray, batch_size: int) -> 
     images = tf.constant(split.images)
     labels = tf.constant(split.labels)
     ds = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64)).batch(batch_size)
-    ds = ds.map(lambda i: normalize(tf.gather(images, i), tf.gather(labels, i)),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(lambda i: normalize(tf.gather(images, i), tf.gather(labels, i)))
+    # Fixed sizes, no autotuning: one gather per batch already runs hundreds of
+    # times faster than training, and the autotuner's thread made deleting an
+    # exhausted iterator wait up to ~10 s at the end of every other epoch.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.prefetch(2).with_options(options)
 
 
 def train_epoch_indices(num_examples: int, *, seed: int, epoch: int, steps: int,
