@@ -49,7 +49,7 @@ def markdown(results, outcome, np_, machine, when):
     lines = [
         "# Parity report: custom loop vs Keras fit",
         "",
-        f"Produced by `make parity` on {when}, on {machine}, at -np {np_} "
+        f"Produced by `tools/parity.py` (`make parity`) on {when}, on {machine}, at -np {np_} "
         "(Horovod with Gloo, tensorflow-cpu 2.15.1), default recipe (Adadelta 1.0 x workers, "
         "128 images per worker, 12 epochs of 60,000 images over all workers).",
         "",
