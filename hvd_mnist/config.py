@@ -13,7 +13,6 @@ DEFAULT_LEARNING_RATES = {"adadelta": 1.0, "adam": 0.001, "sgd": 0.01}
 OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
 MODES = ("custom", "keras")
 LR_SCHEDULES = ("constant", "warmup_linear")
-MNIST_TRAIN_EXAMPLES = 60_000
 
 # --recipe=fast: flag values it sets unless given on the command line. Why these
 # values, with the measured curves: README, "A fast recipe".
