@@ -13,7 +13,7 @@ import time
 import horovod.tensorflow as hvd
 import numpy as np
 
-from hvd_mnist import config as config_lib, data, model as model_lib, runtime, timing
+from hvd_mnist import config as config_lib, data, model as model_lib, outputs, runtime, timing
 from hvd_mnist.errors import UserFacingError
 
 
@@ -42,11 +42,11 @@ def start(config: config_lib.TrainConfig) -> Job:
     test_split = data.load_split(config.data_dir, "test")
     steps = config_lib.steps_per_epoch(len(train_split), batching.global_batch_size,
                                        config.steps_per_epoch)
-    runtime.on_chief(lambda: prepare_model_dir(config, topology.size))
+    runtime.on_chief(lambda: make_model_dir(config.model_dir))
     return Job(topology, batching, train_split, test_split, steps)
 
 
-def make_optimizer(config: config_lib.TrainConfig, job: Job):
+def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
     """The run's optimizer with its (scaled) learning rate, scheduled over the whole run.
 
     The schedule reads the optimizer's step counter, which checkpoints keep, so
@@ -60,20 +60,60 @@ def make_optimizer(config: config_lib.TrainConfig, job: Job):
     return model_lib.make_optimizer(config.optimizer, rate)
 
 
-def reached_target(config: config_lib.TrainConfig, test_accuracy: float) -> bool:
-    """Same answer on every rank: the accuracy it is given is already reduced across ranks."""
-    return bool(config.target_accuracy) and test_accuracy >= config.target_accuracy
+def epoch_record(epoch: int, train_loss: float, test_metrics: dict, *, train_seconds: float,
+                 images_trained: int) -> dict:
+    """One epoch's results as summary.json's history lists them, for both paths.
+
+    `test_metrics` are already reduced across ranks (test_loss, test_accuracy,
+    test_examples).
+    """
+    return {"epoch": epoch, "train_loss": train_loss, **test_metrics,
+            "train_seconds": train_seconds,
+            "images_per_second": images_trained / train_seconds}
 
 
-def prepare_model_dir(config: config_lib.TrainConfig, size: int) -> None:
-    """Creates model_dir and records the resolved config there (rank 0 only)."""
+def end_epoch(config: config_lib.TrainConfig, record: dict, epochs: int) -> bool:
+    """Prints the epoch's line; True when --target_accuracy is reached and training stops.
+
+    Every rank gets the same answer: the accuracy in `record` is already reduced.
+    """
+    runtime.log(format_epoch(record, epochs))
+    if config.target_accuracy and record["test_accuracy"] >= config.target_accuracy:
+        runtime.log(f"reached --target_accuracy={config.target_accuracy:g} after epoch "
+                    f"{record['epoch']}")
+        return True
+    return False
+
+
+def make_model_dir(model_dir: str) -> None:
+    """Creates model_dir (rank 0 only), before anything else is done."""
     try:
-        os.makedirs(config.model_dir, exist_ok=True)
-        with open(os.path.join(config.model_dir, "config.json"), "w") as f:
-            json.dump({**config.to_dict(), "num_workers": size}, f, indent=2)
+        os.makedirs(model_dir, exist_ok=True)
     except OSError as e:
-        raise UserFacingError(f"--model_dir={config.model_dir} is not writable "
-                              f"({e.strerror})") from None
+        raise UserFacingError(f"--model_dir={model_dir} is not writable ({e.strerror})") from None
+
+
+def record_start(config: config_lib.TrainConfig, num_workers: int,
+                 resumed_after_epoch: int | None) -> None:
+    """Appends this start's resolved config to model_dir/config.json (rank 0 only).
+
+    Called once the run is known to go ahead (a refused --resume writes
+    nothing), so config.json lists every start that trained in this
+    model_dir, fresh or resumed, oldest first.
+    """
+    path = os.path.join(config.model_dir, "config.json")
+    starts = []
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                starts = json.load(f)["starts"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserFacingError(f"{path} is not a config history written by hvd_mnist "
+                                  f"({e}); move it away or use another --model_dir") from None
+    starts.append({"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "resumed_after_epoch": resumed_after_epoch, "num_workers": num_workers,
+                   "config": config.to_dict()})
+    outputs.write_json(path, {"starts": starts})
 
 
 def export_weights(directory: str, model, rank: int) -> None:
@@ -118,9 +158,8 @@ def format_epoch(record: dict, epochs: int) -> str:
 
 def finish(config: config_lib.TrainConfig, summary: dict) -> None:
     """Rank 0 writes summary.json and prints the summary."""
-    if runtime.is_chief():
-        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+    runtime.on_chief(lambda: outputs.write_json(os.path.join(config.model_dir, "summary.json"),
+                                                summary))
     runtime.log(format_summary(summary))
 
 

@@ -18,8 +18,8 @@ import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import (config as config_lib, data, job as job_lib, model as model_lib, runtime,
-                       timing)
+from hvd_mnist import (config as config_lib, data, job as job_lib, model as model_lib, outputs,
+                       runtime, timing)
 
 
 class EpochBookkeeping(tf.keras.callbacks.Callback):
@@ -52,18 +52,34 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         self._train_seconds = time.perf_counter() - self._start
 
     def on_epoch_end(self, epoch, logs=None):
-        record = {"epoch": epoch + 1, "train_loss": float(logs["loss"]),
-                  "test_loss": float(logs["val_loss"]),
-                  "test_accuracy": float(logs["val_accuracy"]),
-                  "test_examples": self.test_examples,
-                  "train_seconds": self._train_seconds,
-                  "images_per_second": self.images_per_epoch / self._train_seconds}
+        test_metrics = {"test_loss": float(logs["val_loss"]),
+                        "test_accuracy": float(logs["val_accuracy"]),
+                        "test_examples": self.test_examples}
+        record = job_lib.epoch_record(epoch + 1, float(logs["loss"]), test_metrics,
+                                      train_seconds=self._train_seconds,
+                                      images_trained=self.images_per_epoch)
         self.history.append(record)
-        runtime.log(job_lib.format_epoch(record, self.epochs))
-        if job_lib.reached_target(self.config, record["test_accuracy"]):
-            runtime.log(f"reached --target_accuracy={self.config.target_accuracy} after "
-                        f"epoch {epoch + 1}")
+        if job_lib.end_epoch(self.config, record, self.epochs):
             self.model.stop_training = True
+
+
+class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
+    """Keras's ModelCheckpoint on rank 0, as in Horovod's example, but a failed save
+    (disk full, permissions) stops every rank with one line instead of leaving the
+    others waiting in the next allreduce."""
+
+    def __init__(self, path_pattern: str):
+        super().__init__()
+        self.path_pattern = path_pattern
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = self.path_pattern.format(epoch=epoch + 1)
+
+        def save():
+            with outputs.writing(path):
+                self.model.save(path)
+
+        runtime.on_chief(save)
 
 
 def literal_epochs(epochs: int, size: int) -> int:
@@ -104,7 +120,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout)
-    optimizer = hvd_keras.DistributedOptimizer(job_lib.make_optimizer(config, job),
+    optimizer = hvd_keras.DistributedOptimizer(job_lib.scheduled_optimizer(config, job),
                                                backward_passes_per_step=1)
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
 
@@ -123,9 +139,8 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         hvd_keras.callbacks.MetricAverageCallback(),
         bookkeeping,
     ]
-    if runtime.is_chief():
-        callbacks.append(tf.keras.callbacks.ModelCheckpoint(
-            os.path.join(config.model_dir, "checkpoint-{epoch}.h5")))
+    callbacks.append(ChiefModelCheckpoint(os.path.join(config.model_dir, "checkpoint-{epoch}.h5")))
+    runtime.on_chief(lambda: job_lib.record_start(config, size, resumed_after_epoch=None))
     runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
                 f"{batch} images per worker, {epochs} epochs"
                 + (" (literal Horovod example)" if config.keras_literal else ""))

@@ -2,8 +2,8 @@
 
 Pieces, each on its own: `make_train_step` (one optimisation step, nothing
 else), `make_eval_step`, `sum_across_ranks` (the one place metrics are
-reduced), `evaluate`, and `train_and_evaluate` (the loop: epochs, logging,
-checkpoints).
+reduced), `evaluate`, `train_epoch` (one epoch's steps and loss checks), and
+`train_and_evaluate` (the run: epochs, evaluation, checkpoints).
 """
 
 import math
@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_mnist import (checkpoint, config as config_lib, data, job as job_lib, model as model_lib,
-                       runtime, timing)
+                       run_identity, runtime, timing)
 from hvd_mnist.errors import UserFacingError
 
 IMAGE_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE], tf.float32)
@@ -88,6 +88,45 @@ def inject_nan(model) -> None:
     bias.assign(tf.fill(bias.shape, math.nan))
 
 
+class DeferredLossCheck:
+    """Checks each step's loss one step late.
+
+    Reading the loss of the step just started would make the host wait for it
+    (on a GPU, a stall); the previous step's loss is ready by then.
+    """
+
+    def __init__(self):
+        self._loss, self._where = None, ""
+
+    def push(self, loss, where: str) -> None:
+        self.flush()
+        self._loss, self._where = loss, where
+
+    def flush(self) -> None:
+        if self._loss is not None:
+            check_finite(float(self._loss), self._where)
+            self._loss = None
+
+
+def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
+                steps: int, model, clock: timing.StepClock) -> float:
+    """One epoch's steps over `batches`; returns their mean loss, every one checked finite."""
+    loss_total = tf.constant(0.0)
+    finite_check = DeferredLossCheck()
+    for step, (images, labels) in enumerate(batches, start=1):
+        run_step = (epoch - 1) * steps + step
+        if run_step == config.inject_nan_at_step and runtime.is_chief():
+            inject_nan(model)
+        loss = train_step(images, labels)
+        clock.step_done()
+        finite_check.push(loss, f"step {run_step} (epoch {epoch}, step {step} of {steps})")
+        loss_total += loss
+        if config.log_every and step % config.log_every == 0:
+            runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
+    finite_check.flush()  # before any checkpoint of this epoch
+    return float(loss_total) / steps
+
+
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     """Trains with the custom loop on every rank; returns the run's summary."""
     wall_start = time.perf_counter()
@@ -97,19 +136,26 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout)
-    optimizer = job_lib.make_optimizer(config, job)
+    optimizer = job_lib.scheduled_optimizer(config, job)
     # Creating the optimizer's slots now (Horovod's examples let the first step
     # create them) means rank 0's full state, fresh or restored, can be
     # broadcast before step 1, so even the first gradients come from identical
     # weights on every rank.
     optimizer.build(model.trainable_variables)
+    run = run_identity.of_run(config, batching, topology.size, steps, model, optimizer)
     store = checkpoint.CheckpointStore(config.model_dir, model, optimizer,
-                                       config.keep_checkpoints)
-    epochs_done = runtime.on_chief(lambda: store.restore_latest() if config.resume else 0)
+                                       config.keep_checkpoints, run)
+    restored = runtime.on_chief(
+        lambda: store.restore_latest() if config.resume else checkpoint.Restored(0))
     hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
+    epochs_done = restored.epoch
+    runtime.on_chief(lambda: job_lib.record_start(
+        config, topology.size, resumed_after_epoch=epochs_done if config.resume else None))
     if config.resume:
-        runtime.log(f"resuming after epoch {epochs_done} from {store.latest}" if epochs_done
+        runtime.log(f"resuming after epoch {epochs_done} from {restored.path}" if epochs_done
                     else f"--resume: no checkpoint in {store.directory}, starting fresh")
+        if restored.changes:
+            runtime.log(restored.changes)
 
     train_step = make_train_step(model, optimizer, model_lib.make_loss())
     eval_step = make_eval_step(model)
@@ -130,39 +176,18 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         # Masks differ per rank, as they would on separate machines, and depend
         # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
         model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch))
+        batches = data.batches_from_indices(train_split, indices, batching.per_rank_batch_size)
         epoch_start = time.perf_counter()
         clock.epoch_started()
-        loss_total = tf.constant(0.0)
-        previous = None  # (where, loss) of the step before, checked one step late
-        for step, (images, labels) in enumerate(
-                data.batches_from_indices(train_split, indices, batching.per_rank_batch_size),
-                start=1):
-            run_step = (epoch - 1) * steps + step
-            if run_step == config.inject_nan_at_step and runtime.is_chief():
-                inject_nan(model)
-            loss = train_step(images, labels)
-            clock.step_done()
-            # Reading the previous step's loss, not this one's, never makes the host
-            # wait for the step it has just started (on a GPU, that would stall it).
-            if previous:
-                check_finite(float(previous[1]), previous[0])
-            previous = (f"step {run_step} (epoch {epoch}, step {step} of {steps})", loss)
-            loss_total += loss
-            if config.log_every and step % config.log_every == 0:
-                runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
-        check_finite(float(previous[1]), previous[0])  # before any checkpoint of this epoch
-        epoch_train_loss = float(loss_total) / steps
-        epoch_seconds = time.perf_counter() - epoch_start
-        metrics = evaluate(eval_step, eval_batches)
-        record = {"epoch": epoch, "train_loss": epoch_train_loss, **metrics,
-                  "train_seconds": epoch_seconds,
-                  "images_per_second": steps * batching.global_batch_size / epoch_seconds}
+        train_loss = train_epoch(config, train_step, batches, epoch=epoch, steps=steps,
+                                 model=model, clock=clock)
+        record = job_lib.epoch_record(
+            epoch, train_loss, evaluate(eval_step, eval_batches),
+            train_seconds=time.perf_counter() - epoch_start,
+            images_trained=steps * batching.global_batch_size)
         history.append(record)
-        if runtime.is_chief():
-            store.save(epoch)
-        runtime.log(job_lib.format_epoch(record, config.epochs))
-        if job_lib.reached_target(config, metrics["test_accuracy"]):
-            runtime.log(f"reached --target_accuracy={config.target_accuracy} after epoch {epoch}")
+        runtime.on_chief(lambda: store.save(epoch))
+        if job_lib.end_epoch(config, record, config.epochs):
             break
 
     if config.export_weights_dir:
