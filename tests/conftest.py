@@ -62,6 +62,32 @@ def trainer_command(*flags):
     return [sys.executable, "-m", "hvd_mnist.main", *flags]
 
 
+def snapshot(directory):
+    """Every file under directory with its contents and modification time."""
+    return {(path, path.read_bytes(), path.stat().st_mtime_ns)
+            for path in directory.rglob("*") if path.is_file()}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size): a tmpfs of that size (e.g. "600k"), unmounted after the test; skips
+    where tmpfs cannot be mounted (not root), saying so."""
+    mounted = []
+
+    def mount(size):
+        mount_point = tmp_path / f"disk{len(mounted)}"
+        mount_point.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                           str(mount_point)], capture_output=True).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (needs root): this full-disk test did not run")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
 def load_weights(path):
     with np.load(path) as f:
         return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]

@@ -1,15 +1,16 @@
-"""Restoring checkpoints: a damaged or foreign checkpoint is an error naming it, never a fresh start."""
+"""Checkpoints: a damaged or foreign checkpoint is an error naming it, never a fresh start,
+and a save that cannot be written leaves the previous checkpoint the latest."""
 
 import os
 
 import pytest
 import tensorflow as tf
 
-from hvd_mnist import checkpoint, model as model_lib
+from hvd_mnist import checkpoint, config as config_lib, model as model_lib, run_identity
 from hvd_mnist.errors import UserFacingError
 
 
-def make_store(model_dir, dense_units=128):
+def make_store(model_dir, dense_units=128, num_workers=1, **flags):
     model = model_lib.build_model()
     if dense_units != 128:  # the same layers, one of another shape: some other model
         layers = tf.keras.layers
@@ -17,21 +18,25 @@ def make_store(model_dir, dense_units=128):
             tf.keras.Input(model_lib.INPUT_SHAPE), layers.Conv2D(32, 3), layers.Conv2D(64, 3),
             layers.MaxPooling2D(), layers.Dropout(0.25), layers.Flatten(),
             layers.Dense(dense_units), layers.Dropout(0.5), layers.Dense(10)])
-    optimizer = model_lib.make_optimizer("adadelta", 1.0)
+    config = config_lib.TrainConfig(data_dir="", model_dir=str(model_dir), **flags)
+    batching = config_lib.resolve_batching(config, num_workers)
+    optimizer = model_lib.make_optimizer(config.optimizer, batching.learning_rate)
     optimizer.build(model.trainable_variables)
-    return checkpoint.CheckpointStore(str(model_dir), model, optimizer, max_to_keep=3), model
+    run = run_identity.of_run(config, batching, num_workers, 10, model, optimizer)
+    return checkpoint.CheckpointStore(str(model_dir), model, optimizer, 3, run), model
 
 
 def test_restore_returns_the_saved_epoch_and_weights(tmp_path):
     store, model = make_store(tmp_path)
     store.save(4)
     fresh_store, fresh_model = make_store(tmp_path)
-    assert fresh_store.restore_latest() == 4
+    restored = fresh_store.restore_latest()
+    assert (restored.epoch, restored.path, restored.changes) == (4, store.latest, "")
     assert all((a.numpy() == b.numpy()).all() for a, b in zip(model.weights, fresh_model.weights))
 
 
 def test_no_checkpoint_means_epoch_0(tmp_path):
-    assert make_store(tmp_path)[0].restore_latest() == 0
+    assert make_store(tmp_path)[0].restore_latest() == checkpoint.Restored(0)
 
 
 def truncate(path):
@@ -56,9 +61,46 @@ def test_damaged_checkpoint_is_an_error_naming_it(tmp_path, damage, reason):
 
 def test_checkpoint_of_another_model_shape_is_an_error(tmp_path):
     make_store(tmp_path, dense_units=64)[0].save(1)
-    with pytest.raises(UserFacingError, match=r"ckpt-1 \(Received incompatible tensor with "
-                                              r"shape \(64,\)"):
+    with pytest.raises(UserFacingError, match=r"cannot resume from .*ckpt-1: it belongs to "
+                                              r"another run \(the model's variables differ: "
+                                              r"number 5 has shape \[9216, 64\] saved, "
+                                              r"\[9216, 128\] now; the optimizer's "
+                                              r"variables differ: number 10 "):
         make_store(tmp_path)[0].restore_latest()
+
+
+def test_checkpoint_of_another_optimizer_is_refused_before_restoring(tmp_path):
+    store, _ = make_store(tmp_path)  # adadelta
+    store.save(1)
+    adam_store, adam_model = make_store(tmp_path, optimizer="adam")
+    weights_before = [w.numpy() for w in adam_model.weights]
+    with pytest.raises(UserFacingError) as error:
+        adam_store.restore_latest()
+    assert str(error.value) == (
+        f"cannot resume from {tmp_path}/checkpoints/ckpt-1: it belongs to another run "
+        "(--optimizer was adadelta, now adam); resume with --optimizer=adadelta, or start "
+        "afresh with another --model_dir")
+    assert all((a == b.numpy()).all() for a, b in zip(weights_before, adam_model.weights))
+
+
+def test_checkpoint_without_a_run_record_is_refused(tmp_path):
+    store, model = make_store(tmp_path)
+    old_style = tf.train.Checkpoint(model=model, epoch=store.epoch)  # as hvd_mnist 0.1 saved
+    old_style.save(str(tmp_path / "checkpoints/ckpt"))
+    tf.train.CheckpointManager(old_style, str(tmp_path / "checkpoints"), 3)  # state file
+    with pytest.raises(UserFacingError, match="it records no run settings"):
+        make_store(tmp_path)[0].restore_latest()
+
+
+def test_allowed_changes_restore_and_say_when_results_change(tmp_path):
+    make_store(tmp_path, num_workers=2)[0].save(1)
+    quiet, _ = make_store(tmp_path, num_workers=2, log_every=7, keep_checkpoints=5, epochs=30)
+    assert quiet.restore_latest().changes == ""
+    more_workers, _ = make_store(tmp_path, num_workers=4, seed=7)
+    assert more_workers.restore_latest().changes == (
+        "resume changes global_batch_size from 256 to 512 (2 x 128 -> 4 x 128), "
+        "learning_rate from 2.0 to 4.0, seed from 42 to 7: the result will differ from an "
+        "uninterrupted run")
 
 
 def test_unreadable_state_file_is_an_error_not_a_fresh_start(tmp_path):
@@ -68,3 +110,22 @@ def test_unreadable_state_file_is_an_error_not_a_fresh_start(tmp_path):
         f.write("model_checkpoint_path: \"ckpt-1")  # cut off mid-line
     with pytest.raises(UserFacingError, match="checkpoints/checkpoint is damaged"):
         make_store(tmp_path)[0].restore_latest()
+
+
+def test_full_disk_keeps_the_previous_checkpoint_and_removes_the_partial_one(small_disk):
+    # Room for one checkpoint (14.4 MB: weights and Adadelta's two slots), not two.
+    small_disk = small_disk("20m")
+    store, model = make_store(small_disk)
+    first = store.save(1)
+    with pytest.raises(UserFacingError) as error:
+        store.save(2)
+    assert str(error.value) == (
+        f"cannot write checkpoint {small_disk}/checkpoints/ckpt-2 (No space left on device); "
+        f"the latest checkpoint is still {first}: free space or fix the directory, then "
+        "continue with --resume")
+    assert sorted(os.listdir(small_disk / "checkpoints")) == [
+        "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    restored_store, restored_model = make_store(small_disk)
+    assert restored_store.restore_latest().epoch == 1
+    assert all((a.numpy() == b.numpy()).all()
+               for a, b in zip(model.weights, restored_model.weights))

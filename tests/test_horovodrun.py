@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from conftest import TINY_TEST, horovodrun, load_weights, max_abs_difference, trainer_command
+from conftest import (TINY_TEST, horovodrun, load_weights, max_abs_difference, snapshot,
+                      trainer_command)
 
 pytestmark = pytest.mark.horovodrun
 
@@ -98,12 +99,6 @@ def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp
     for rank in (0, 1):
         assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
     assert snapshot(model_dir) == before
-
-
-def snapshot(directory):
-    """Every file under directory with its contents and modification time."""
-    return {(path, path.read_bytes(), path.stat().st_mtime_ns)
-            for path in directory.rglob("*") if path.is_file()}
 
 
 @pytest.mark.parametrize("mode", ["custom", "keras"])
