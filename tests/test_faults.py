@@ -1,5 +1,6 @@
 """Faults during real `horovodrun -np 2` jobs: killed workers, kills during a save, NaN
-losses, damaged checkpoints, an unwritable model_dir; and exact resume afterwards.
+losses, damaged or foreign checkpoints, a model_dir that is or becomes unwritable or full;
+and exact resume afterwards.
 
 All runs share deterministic flags, so any resumed run must end with exactly the
 weights of the uninterrupted reference run: 3 epochs of 5 steps, dropout on.
@@ -7,13 +8,14 @@ weights of the uninterrupted reference run: 3 epochs of 5 steps, dropout on.
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 
 import pytest
 import tensorflow as tf
 
-from conftest import horovodrun, load_weights, max_abs_difference, trainer_command
+from conftest import horovodrun, load_weights, max_abs_difference, snapshot, trainer_command
 
 pytestmark = pytest.mark.horovodrun
 
@@ -29,6 +31,20 @@ def run(tiny_data_dir, model_dir, *extra, fault=None, timeout=120):
         command = [sys.executable, WITH_FAULT, *command[3:]]
     return horovodrun(2, command, timeout=timeout,
                       env={"HVD_MNIST_TEST_FAULT": fault} if fault else None)
+
+
+def assert_every_rank_said(result, error):
+    """Each rank printed `error` as its one line and exited 1, with no traceback.
+
+    (horovodrun itself then raises a RuntimeError naming the first failed process;
+    that traceback is the launcher's, printed for any failed job.)
+    """
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:hvd_mnist: error: {error}" in output, output
+        assert f"Process {rank} exit with status code 1." in output, output
+    assert "<stderr>:Traceback" not in output and "<stdout>:Traceback" not in output, output
 
 
 def final_weights(model_dir):
@@ -126,3 +142,61 @@ def test_unwritable_model_dir_stops_every_rank_before_training(tiny_data_dir, tm
     for rank in (0, 1):
         assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
     assert "training on" not in result.stdout
+
+
+def test_resume_into_another_optimizer_is_refused_and_changes_nothing(nan_run, tiny_data_dir,
+                                                                      tmp_path):
+    shutil.copytree(nan_run[0], tmp_path, dirs_exist_ok=True)  # ckpt-1 of an Adadelta run
+    before = snapshot(tmp_path)
+    result = run(tiny_data_dir, tmp_path, "--resume", "--optimizer=adam", timeout=90)
+    assert_every_rank_said(result, (
+        f"cannot resume from {tmp_path}/checkpoints/ckpt-1: it belongs to another run "
+        "(--optimizer was adadelta, now adam); resume with --optimizer=adadelta, or start "
+        "afresh with another --model_dir"))
+    assert snapshot(tmp_path) == before, "the refused run wrote to model_dir"
+
+
+def test_disk_full_at_the_first_save_stops_every_rank_with_one_line(tiny_data_dir,
+                                                                     small_disk):
+    model_dir = small_disk("600k")  # config.json fits, a 14.4 MB checkpoint does not
+    result = run(tiny_data_dir, model_dir, timeout=90)
+    assert_every_rank_said(result, (
+        f"cannot write checkpoint {model_dir}/checkpoints/ckpt-1 (No space left on device); "
+        "none was kept: free space or fix the directory, then continue with --resume"))
+    assert os.listdir(model_dir / "checkpoints") == [], "the failed save left files behind"
+
+
+def test_disk_full_mid_run_keeps_the_last_checkpoint_and_resume_is_exact(
+        tiny_data_dir, tmp_path, small_disk, reference):
+    model_dir = small_disk("20m")  # room for checkpoint 1, not 2
+    started = time.monotonic()
+    result = run(tiny_data_dir, model_dir, timeout=90)
+    assert time.monotonic() - started < 60
+    assert_every_rank_said(result, (
+        f"cannot write checkpoint {model_dir}/checkpoints/ckpt-2 (No space left on device); "
+        f"the latest checkpoint is still {model_dir}/checkpoints/ckpt-1: free space or fix "
+        "the directory, then continue with --resume"))
+    assert sorted(os.listdir(model_dir / "checkpoints")) == [
+        "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+
+    roomy = tmp_path / "roomy"  # the user frees space: here, moves to a larger disk
+    shutil.copytree(model_dir, roomy)
+    resumed = run(tiny_data_dir, roomy, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 1" in resumed.stdout
+    assert_bitwise_equal(final_weights(roomy), reference)
+
+
+def test_checkpoint_directory_made_unwritable_mid_run_stops_every_rank(tiny_data_dir, tmp_path):
+    try:
+        result = run(tiny_data_dir, tmp_path, fault="unwritable_before_save:2", timeout=90)
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "checkpoints")], capture_output=True)
+        os.chmod(tmp_path / "checkpoints", 0o755)
+    reason = "Operation not permitted" if os.geteuid() == 0 else "Permission denied"
+    assert_every_rank_said(result, (
+        f"cannot write checkpoint {tmp_path}/checkpoints/ckpt-2 ({reason}); the latest "
+        f"checkpoint is still {tmp_path}/checkpoints/ckpt-1: free space or fix the directory, "
+        "then continue with --resume"))
+    assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-1")
+    assert not list((tmp_path / "checkpoints").glob("ckpt-2*"))

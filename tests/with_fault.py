@@ -5,16 +5,21 @@ HVD_MNIST_TEST_FAULT=
                         (counted from 1 in this process)
   kill_in_save:E        rank 0 SIGKILLs itself while saving checkpoint E: after its
                         data files are written, before the `checkpoint` file names it
+  unwritable_before_save:E
+                        rank 0 makes model_dir/checkpoints unwritable just before saving
+                        checkpoint E, as an administrator's chmod (or, for root, whom
+                        permissions do not stop, `chattr +i`) would mid-run
 A real kill, not an exception, so nothing gets to clean up; the product has no such hook.
 """
 
 import os
 import signal
+import subprocess
 
 import horovod.tensorflow as hvd
 from tensorflow.python.checkpoint import checkpoint_management
 
-from hvd_mnist import main, train
+from hvd_mnist import checkpoint, main, train
 
 
 def kill_self():
@@ -53,8 +58,26 @@ def kill_in_save(epoch):
     checkpoint_management.update_checkpoint_state_internal = killing_update_state
 
 
+def make_unwritable(directory):
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", directory], check=True)
+    else:
+        os.chmod(directory, 0o555)
+
+
+def unwritable_before_save(epoch):
+    save = checkpoint.CheckpointStore.save
+
+    def save_into_unwritable_directory(store, save_epoch):
+        if save_epoch == epoch:
+            make_unwritable(store.directory)
+        return save(store, save_epoch)
+
+    checkpoint.CheckpointStore.save = save_into_unwritable_directory
+
+
 if __name__ == "__main__":
     kind, *numbers = os.environ["HVD_MNIST_TEST_FAULT"].split(":")
-    {"kill_before_step": kill_before_step, "kill_in_save": kill_in_save}[kind](
-        *map(int, numbers))
+    {"kill_before_step": kill_before_step, "kill_in_save": kill_in_save,
+     "unwritable_before_save": unwritable_before_save}[kind](*map(int, numbers))
     main.run()
