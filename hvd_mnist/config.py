@@ -12,6 +12,7 @@ from hvd_mnist.errors import UserFacingError
 DEFAULT_LEARNING_RATES = {"adadelta": 1.0, "adam": 0.001, "sgd": 0.01}
 OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
 MODES = ("custom", "keras")
+INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
 
 # --recipe=fast: flag values it sets unless given on the command line. Why these
@@ -48,6 +49,9 @@ class TrainConfig:
     lr_schedule: str = "constant"  # or warmup_linear: warm up, then decay to 0 at the last step
     warmup_epochs: float = 0.0  # warmup_linear only
     target_accuracy: float = 0.0  # > 0: stop after the first epoch that reaches it
+    input: str = "memory"  # memory, stream or files (inputs.py)
+    shuffle_buffer: int = 60000  # stream and files: examples in tf.data's shuffle buffer
+    float64: bool = False  # testing aid: model, data and optimizer in float64
 
     def to_dict(self):
         return dataclasses.asdict(self)

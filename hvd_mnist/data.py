@@ -19,6 +19,7 @@ from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"
 DATASET_VERSION = "3.0.1"
+IMAGE_SHAPE = (28, 28, 1)
 PREPARE_COMMAND = "make data (or: python -m hvd_mnist.prepare --data_dir={data_dir})"
 
 
@@ -84,27 +85,32 @@ def rank_batch_indices(order: np.ndarray, steps: int, per_rank_batch_size: int,
     return used[rank::size].reshape(steps, per_rank_batch_size)
 
 
-def normalize(images: tf.Tensor, labels: tf.Tensor):
-    """uint8 [0, 255] (…, 28, 28, 1) -> float32 [0, 1]; labels unchanged."""
-    return tf.cast(images, tf.float32) / 255.0, labels
+def normalize(images: tf.Tensor, labels: tf.Tensor, dtype=tf.float32):
+    """uint8 [0, 255] (…, 28, 28, 1) -> [0, 1] in `dtype` (float32; float64 for tests)."""
+    return tf.cast(images, dtype) / 255.0, labels
 
 
-def batches_from_indices(split: Split, indices: np.ndarray, batch_size: int) -> tf.data.Dataset:
+def without_autotuning(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Fixed parallelism and buffers: the autotuner's thread made deleting an exhausted
+    iterator wait up to ~10 s at the end of every other epoch."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.with_options(options)
+
+
+def batches_from_indices(split: Split, indices: np.ndarray, batch_size: int,
+                         dtype=tf.float32) -> tf.data.Dataset:
     """Normalised (images, labels) batches of the given examples, in the given order.
 
     Batching indices first and gathering whole batches keeps the pipeline far
-    ahead of training; the last batch is short when batch_size does not divide.
+    ahead of training (hundreds of times); the last batch is short when
+    batch_size does not divide.
     """
     images = tf.constant(split.images)
     labels = tf.constant(split.labels)
     ds = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64)).batch(batch_size)
-    ds = ds.map(lambda i: normalize(tf.gather(images, i), tf.gather(labels, i)))
-    # Fixed sizes, no autotuning: one gather per batch already runs hundreds of
-    # times faster than training, and the autotuner's thread made deleting an
-    # exhausted iterator wait up to ~10 s at the end of every other epoch.
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return ds.prefetch(2).with_options(options)
+    ds = ds.map(lambda i: normalize(tf.gather(images, i), tf.gather(labels, i), dtype))
+    return without_autotuning(ds.prefetch(2))
 
 
 def train_epoch_indices(num_examples: int, *, seed: int, epoch: int, steps: int,

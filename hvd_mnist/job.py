@@ -12,8 +12,9 @@ import time
 
 import horovod.tensorflow as hvd
 import numpy as np
+import tensorflow as tf
 
-from hvd_mnist import config as config_lib, data, model as model_lib, outputs, runtime, timing
+from hvd_mnist import config as config_lib, inputs, model as model_lib, outputs, runtime, timing
 from hvd_mnist.errors import UserFacingError
 
 
@@ -21,9 +22,9 @@ from hvd_mnist.errors import UserFacingError
 class Job:
     topology: runtime.Topology
     batching: config_lib.Batching
-    train_split: data.Split
-    test_split: data.Split
+    source: "inputs.MemoryInput | inputs.RecordInput"  # where batches come from
     steps_per_epoch: int
+    dtype: tf.DType  # of the model, its inputs and its optimizer (float64 only in tests)
 
 
 def start(config: config_lib.TrainConfig) -> Job:
@@ -38,12 +39,15 @@ def start(config: config_lib.TrainConfig) -> Job:
     runtime.configure_threads(runtime.threads_per_rank(
         config.threads_per_rank, topology.local_size, runtime.available_cpus()))
     batching = config_lib.resolve_batching(config, topology.size)
-    train_split = data.load_split(config.data_dir, "train")
-    test_split = data.load_split(config.data_dir, "test")
-    steps = config_lib.steps_per_epoch(len(train_split), batching.global_batch_size,
-                                       config.steps_per_epoch)
+    dtype = tf.float64 if config.float64 else tf.float32
+    source = inputs.open_input(config.input, config.data_dir,
+                               inputs.Shard(topology.rank, topology.size),
+                               config.shuffle_buffer, dtype)
+    steps = config_lib.steps_per_epoch(
+        source.usable_train_examples(batching.per_rank_batch_size), batching.global_batch_size,
+        config.steps_per_epoch)
     runtime.on_chief(lambda: make_model_dir(config.model_dir))
-    return Job(topology, batching, train_split, test_split, steps)
+    return Job(topology, batching, source, steps, dtype)
 
 
 def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):

@@ -10,6 +10,7 @@ ceil(epochs / size) epochs.
 """
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -35,7 +36,7 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         super().__init__()
         self.config, self.rank, self.epochs = config, job.topology.rank, epochs
         self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
-        self.test_examples = len(job.test_split)
+        self.test_examples = job.source.num_test_examples
         self.clock = timing.StepClock(job.batching.global_batch_size)
         self.history = []
 
@@ -87,26 +88,34 @@ def literal_epochs(epochs: int, size: int) -> int:
     return math.ceil(epochs / size)
 
 
-def train_batch_indices(config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
-    """Every epoch's indices for this rank, concatenated: fit() consumes one dataset."""
-    rank, size = job.topology.rank, job.topology.size
-    per_epoch = []
-    for epoch in range(1, epochs + 1):
-        if config.keras_literal:
-            # The example's workers shuffle the whole set independently.
-            order = data.epoch_permutation(config.seed, epoch, len(job.train_split), stream=rank)
-            per_epoch.append(order[:job.steps_per_epoch * job.batching.per_rank_batch_size])
-        else:
-            per_epoch.append(data.train_epoch_indices(
-                len(job.train_split), seed=config.seed, epoch=epoch, steps=job.steps_per_epoch,
-                per_rank_batch_size=job.batching.per_rank_batch_size, rank=rank, size=size))
-    return np.concatenate(per_epoch)
+def train_batches(config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
+    """Every epoch's batches for this rank, one after the other: fit() consumes one dataset."""
+    batch = job.batching.per_rank_batch_size
+    if config.keras_literal:  # --input=memory only (a flag validator says so)
+        # The example's workers shuffle the whole set independently.
+        split = job.source.train_split
+        orders = [data.epoch_permutation(config.seed, epoch, len(split),
+                                         stream=job.topology.rank)[:job.steps_per_epoch * batch]
+                  for epoch in range(1, epochs + 1)]
+        return data.batches_from_indices(split, np.concatenate(orders), batch, job.dtype)
+    per_epoch = [job.source.train_batches(seed=config.seed, epoch=epoch,
+                                          steps=job.steps_per_epoch, per_rank_batch_size=batch)
+                 for epoch in range(1, epochs + 1)]
+    return functools.reduce(lambda a, b: a.concatenate(b), per_epoch)
+
+
+def validation_batches(config: config_lib.TrainConfig, job: job_lib.Job):
+    batch = job.batching.per_rank_batch_size
+    if config.keras_literal:  # every worker validates on the whole test split
+        split = job.source.test_split
+        return data.batches_from_indices(split, np.arange(len(split)), batch, job.dtype)
+    return job.source.eval_batches(batch)
 
 
 def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job:
     """Every worker steps through the whole training set each epoch."""
-    steps = config_lib.steps_per_epoch(len(job.train_split), job.batching.per_rank_batch_size,
-                                       config.steps_per_epoch)
+    steps = config_lib.steps_per_epoch(len(job.source.train_split),
+                                       job.batching.per_rank_batch_size, config.steps_per_epoch)
     return dataclasses.replace(job, steps_per_epoch=steps)
 
 
@@ -119,18 +128,12 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
 
     tf.keras.utils.set_random_seed(config.seed)
-    model = model_lib.build_model(dropout=config.dropout)
+    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
     optimizer = hvd_keras.DistributedOptimizer(job_lib.scheduled_optimizer(config, job),
                                                backward_passes_per_step=1)
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
 
     batch = job.batching.per_rank_batch_size
-    train_batches = data.batches_from_indices(
-        job.train_split, train_batch_indices(config, job, epochs), batch)
-    test_indices = (np.arange(len(job.test_split)) if config.keras_literal
-                    else data.eval_indices(len(job.test_split), rank, size))
-    test_batches = data.batches_from_indices(job.test_split, test_indices, batch)
-
     bookkeeping = EpochBookkeeping(config, job, epochs)
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
@@ -144,8 +147,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
                 f"{batch} images per worker, {epochs} epochs"
                 + (" (literal Horovod example)" if config.keras_literal else ""))
-    model.fit(train_batches, epochs=epochs, steps_per_epoch=job.steps_per_epoch,
-              validation_data=test_batches, callbacks=callbacks,
+    model.fit(train_batches(config, job, epochs), epochs=epochs,
+              steps_per_epoch=job.steps_per_epoch,
+              validation_data=validation_batches(config, job), callbacks=callbacks,
               verbose=1 if runtime.is_chief() else 0)
 
     if config.export_weights_dir:

@@ -77,6 +77,20 @@ def define_flags():
     flags.DEFINE_float("target_accuracy", 0.0, "If > 0, stop after the first epoch whose test "
                        "accuracy reaches it (a fraction, e.g. 0.99).", lower_bound=0.0,
                        upper_bound=1.0)
+    flags.DEFINE_enum("input", "memory", list(config_lib.INPUTS),
+                      "memory: each split loaded once, batches gathered by index; stream: "
+                      "every rank reads the TFDS record files through tf.data each epoch, "
+                      "shuffled from (seed, epoch), then Dataset.shard(size, rank) (same global "
+                      "batches at any -np); files: each rank reads only its own record files "
+                      "(needs prepare --num_shards; results depend on -np). README: Input.")
+    flags.DEFINE_integer("shuffle_buffer", 60000, "--input=stream/files: examples in the "
+                         "shuffle buffer (60000 covers all of MNIST's training split).",
+                         lower_bound=1)
+    flags.DEFINE_bool("float64", False, "Testing aid: model, data and optimizer in float64, "
+                      "for the sharper -np invariance proof (tests/test_parity.py).")
+    flags.register_multi_flags_validator(
+        ["keras_literal", "input"], lambda f: not f["keras_literal"] or f["input"] == "memory",
+        message="--keras_literal needs --input=memory")
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")

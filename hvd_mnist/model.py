@@ -11,26 +11,28 @@ NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
 
 
-def build_model(dropout: bool = True) -> tf.keras.Model:
+def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
     """Conv32-Conv64-MaxPool-Dropout-Dense128-Dropout-Dense10 (softmax).
 
     dropout=False keeps the layers but with rate 0, so weights and layer names
     are the same; tests use it to make training deterministic across paths.
+    dtype=float64 (tests only) builds every layer, and so the optimizer's slots,
+    in float64.
     """
     keep = 1.0 if dropout else 0.0
     layers = tf.keras.layers
     # "stateful": each layer draws from its own tf.random.Generator, which
     # reseed_dropout can restart (see there).
     return tf.keras.Sequential([
-        tf.keras.Input(shape=INPUT_SHAPE),
-        layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
-        layers.Conv2D(64, (3, 3), activation="relu"),
-        layers.MaxPooling2D(pool_size=(2, 2)),
-        layers.Dropout(0.25 * keep, rng_type="stateful"),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dropout(0.5 * keep, rng_type="stateful"),
-        layers.Dense(NUM_CLASSES, activation="softmax"),
+        tf.keras.Input(shape=INPUT_SHAPE, dtype=dtype),
+        layers.Conv2D(32, kernel_size=(3, 3), activation="relu", dtype=dtype),
+        layers.Conv2D(64, (3, 3), activation="relu", dtype=dtype),
+        layers.MaxPooling2D(pool_size=(2, 2), dtype=dtype),
+        layers.Dropout(0.25 * keep, rng_type="stateful", dtype=dtype),
+        layers.Flatten(dtype=dtype),
+        layers.Dense(128, activation="relu", dtype=dtype),
+        layers.Dropout(0.5 * keep, rng_type="stateful", dtype=dtype),
+        layers.Dense(NUM_CLASSES, activation="softmax", dtype=dtype),
     ], name="mnist_cnn")
 
 

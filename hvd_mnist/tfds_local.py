@@ -37,9 +37,10 @@ class LocalMnist(tfds_mnist.MNIST, skip_registration=True):
         ]
 
 
-def build(idx_dir: str, data_dir: str, split_sizes: dict) -> str:
+def build(idx_dir: str, data_dir: str, split_sizes: dict, num_shards: int = 1) -> str:
+    """Writes each split as `num_shards` record files (--input=files reads them per rank)."""
     tfds.disable_progress_bar()
     builder = LocalMnist(idx_dir=idx_dir, split_sizes=split_sizes, data_dir=data_dir)
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        try_download_gcs=False, num_shards=num_shards))
     return builder.data_dir

@@ -13,12 +13,16 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import (checkpoint, config as config_lib, data, job as job_lib, model as model_lib,
+from hvd_mnist import (checkpoint, config as config_lib, job as job_lib, model as model_lib,
                        run_identity, runtime, timing)
 from hvd_mnist.errors import UserFacingError
 
-IMAGE_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE], tf.float32)
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
+
+
+def image_spec(model) -> tf.TensorSpec:
+    """A batch of the model's inputs: any batch size, so the short last batch does not retrace."""
+    return tf.TensorSpec([None, *model_lib.INPUT_SHAPE], model.inputs[0].dtype)
 
 
 def make_train_step(model, optimizer, loss_fn):
@@ -28,7 +32,7 @@ def make_train_step(model, optimizer, loss_fn):
     takes the same decision about it.
     """
 
-    @tf.function(input_signature=[IMAGE_SPEC, LABEL_SPEC])
+    @tf.function(input_signature=[image_spec(model), LABEL_SPEC])
     def train_step(images, labels):
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
@@ -44,7 +48,7 @@ def make_train_step(model, optimizer, loss_fn):
 def make_eval_step(model):
     """Summed loss and number of correct predictions of one batch (no averaging)."""
 
-    @tf.function(input_signature=[IMAGE_SPEC, LABEL_SPEC])
+    @tf.function(input_signature=[image_spec(model), LABEL_SPEC])
     def eval_step(images, labels):
         probabilities = model(images, training=False)
         losses = tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities)
@@ -111,7 +115,7 @@ class DeferredLossCheck:
 def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
                 steps: int, model, clock: timing.StepClock) -> float:
     """One epoch's steps over `batches`; returns their mean loss, every one checked finite."""
-    loss_total = tf.constant(0.0)
+    loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
     finite_check = DeferredLossCheck()
     for step, (images, labels) in enumerate(batches, start=1):
         run_step = (epoch - 1) * steps + step
@@ -132,10 +136,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     wall_start = time.perf_counter()
     job = job_lib.start(config)
     topology, batching, steps = job.topology, job.batching, job.steps_per_epoch
-    train_split, test_split = job.train_split, job.test_split
 
     tf.keras.utils.set_random_seed(config.seed)
-    model = model_lib.build_model(dropout=config.dropout)
+    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
     optimizer = job_lib.scheduled_optimizer(config, job)
     # Creating the optimizer's slots now (Horovod's examples let the first step
     # create them) means rank 0's full state, fresh or restored, can be
@@ -159,9 +162,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     train_step = make_train_step(model, optimizer, model_lib.make_loss())
     eval_step = make_eval_step(model)
-    eval_batches = data.batches_from_indices(
-        test_split, data.eval_indices(len(test_split), topology.rank, topology.size),
-        batching.per_rank_batch_size)
+    eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
     runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "
                 f"{batching.global_batch_size} images ({batching.per_rank_batch_size} per "
                 f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
@@ -169,14 +170,11 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     history, clock = [], timing.StepClock(batching.global_batch_size)
     for epoch in range(epochs_done + 1, config.epochs + 1):
-        indices = data.train_epoch_indices(
-            len(train_split), seed=config.seed, epoch=epoch, steps=steps,
-            per_rank_batch_size=batching.per_rank_batch_size,
-            rank=topology.rank, size=topology.size)
         # Masks differ per rank, as they would on separate machines, and depend
         # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
         model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch))
-        batches = data.batches_from_indices(train_split, indices, batching.per_rank_batch_size)
+        batches = job.source.train_batches(seed=config.seed, epoch=epoch, steps=steps,
+                                           per_rank_batch_size=batching.per_rank_batch_size)
         epoch_start = time.perf_counter()
         clock.epoch_started()
         train_loss = train_epoch(config, train_step, batches, epoch=epoch, steps=steps,

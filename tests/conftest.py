@@ -49,6 +49,15 @@ def tiny_data_dir(tmp_path_factory):
     return str(root / "tfds")
 
 
+@pytest.fixture(scope="session")
+def tiny_sharded_data_dir(tmp_path_factory):
+    """The same tiny `mnist`, each split written as 4 record files (for --input=files)."""
+    root = tmp_path_factory.mktemp("tiny_mnist_4_files")
+    write_synthetic_idx(root / "idx")
+    prepare.build_tfds_mnist(str(root / "idx"), str(root / "tfds"), num_shards=4)
+    return str(root / "tfds")
+
+
 def horovodrun(np_, args, timeout=180, cwd=None, env=None):
     """Runs `horovodrun -np N <args>` and returns the completed process (text output)."""
     cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",

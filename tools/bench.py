@@ -8,8 +8,11 @@ One run measures, in this order, and writes a table plus reports/bench.json:
      first window (tracing, warm-up) dropped; peak resident memory per rank;
      time from launch to the first finished step; time from the last step to exit;
   3. time to 99.0% test accuracy at -np 2: the seed recipe on both paths and
-     `--recipe=fast` on the custom loop (training seconds, evaluation excluded).
-About 15 minutes on a 2-core machine.
+     `--recipe=fast` on the custom loop (training seconds, evaluation excluded);
+  4. each input mode (--input=memory, stream, files) at -np 2: rank 0's input
+     pipeline alone (images/s), record bytes a rank reads per epoch, and a short
+     training run's images/s and peak RSS per rank (`--only_inputs`: this part alone).
+About 17 minutes on a 2-core machine.
 """
 
 import argparse
@@ -72,15 +75,17 @@ def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
     return statistics.median(rates)
 
 
-def pipeline_images_per_second(data_dir: str, batch_size: int, size: int) -> float:
+def pipeline_images_per_second(data_dir: str, batch_size: int, size: int,
+                               mode: str = "memory") -> float:
     """Rank 0's training input for one epoch at `size` ranks, with nothing consuming it."""
-    from hvd_mnist import config, data
-    train = data.load_split(data_dir, "train")
-    steps = config.steps_per_epoch(len(train), batch_size * size)
-    indices = data.train_epoch_indices(len(train), seed=0, epoch=1, steps=steps,
-                                       per_rank_batch_size=batch_size, rank=0, size=size)
-    batches = iter(data.batches_from_indices(train, indices, batch_size))
-    next(batches)  # start-up
+    from hvd_mnist import inputs
+    source = inputs.open_input(mode, data_dir, inputs.Shard(0, size), shuffle_buffer=60_000)
+    steps = source.usable_train_examples(batch_size) // (batch_size * size)
+    batches = iter(source.train_batches(seed=0, epoch=1, steps=steps,
+                                        per_rank_batch_size=batch_size))
+    # Start-up excluded: loading the split (memory) or filling the shuffle buffer (stream,
+    # files) happens once per run or per epoch; the rate is the steady state after it.
+    next(batches)
     start, images = time.perf_counter(), 0
     for batch_images, _ in batches:
         images += int(batch_images.shape[0])
@@ -129,11 +134,25 @@ def main():
     parser.add_argument("--throughput_steps", type=int, default=THROUGHPUT_STEPS)
     parser.add_argument("--skip_accuracy", action="store_true",
                         help="skip the time-to-99%% runs (the longest part)")
+    parser.add_argument("--sharded_data_dir", default="data/tfds-sharded",
+                        help="the same dataset in 8 files per split, for --input=files")
+    parser.add_argument("--only_inputs", action="store_true",
+                        help="measure the input modes only (part 4)")
     args = parser.parse_args()
     nps = [int(n) for n in args.nps.split(",")]
     started = time.perf_counter()
 
     results = {"machine": runlib.machine_description(), "date": runlib.now()}
+    results["input_modes"] = input_modes(args)
+    print(input_table(results["input_modes"]), flush=True)
+    if args.only_inputs:
+        report_path = args.report.replace(".json", "_inputs.json")
+        results["bench_seconds"] = time.perf_counter() - started
+        with open(report_path, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"bench: {results['bench_seconds']:.0f} s; wrote {report_path}")
+        return
+
     results["plain_tf_images_per_second"] = plain_tf_images_per_second(128)
     results["pipeline_images_per_second_per_rank"] = pipeline_images_per_second(
         args.data_dir, 128, size=2)
@@ -173,6 +192,47 @@ def main():
         json.dump(results, f, indent=2)
     print(table(results, nps))
     print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report}")
+
+
+INPUT_RUN_STEPS = 60  # per epoch, 2 epochs: long enough for steady state and a full RSS
+
+
+def input_modes(args) -> dict:
+    """Part 4: every input mode at -np 2, the pipeline alone and in a short training run."""
+    from hvd_mnist import inputs
+    out = {}
+    for mode in ("memory", "stream", "files"):
+        data_dir = args.sharded_data_dir if mode == "files" else args.data_dir
+        pipeline = pipeline_images_per_second(data_dir, 128, size=2, mode=mode)
+        run = launch_run(f"input_{mode}_np2", 2, [
+            f"--input={mode}", "--epochs=2", f"--steps_per_epoch={INPUT_RUN_STEPS}"],
+            data_dir, args.out_dir, timeout_seconds=900)
+        per_rank_training = run["images_per_second"] / 2
+        out[mode] = {
+            "data_dir": data_dir,
+            "pipeline_images_per_second_per_rank": pipeline,
+            "training_images_per_second_per_rank": per_rank_training,
+            "pipeline_over_training": pipeline / per_rank_training,
+            "peak_rss_mib_per_rank": run["peak_rss_mib_per_rank"],
+            "record_bytes_per_rank_per_epoch": inputs.bytes_per_epoch(
+                data_dir, mode, inputs.Shard(0, 2)),
+        }
+        print(f"input {mode}: pipeline {pipeline:.0f} images/s per rank, "
+              f"{out[mode]['pipeline_over_training']:.0f}x training", flush=True)
+    return out
+
+
+def input_table(modes: dict) -> str:
+    lines = ["", "| --input (-np 2) | pipeline images/s per rank | x training per rank "
+             "| peak RSS MiB per rank | record bytes per rank per epoch |",
+             "|---|---|---|---|---|"]
+    for mode, m in modes.items():
+        read = (f"{m['record_bytes_per_rank_per_epoch'] / 2**20:.1f} MiB" if mode != "memory"
+                else "0 (the split, read once per run)")
+        lines.append(f"| {mode} | {m['pipeline_images_per_second_per_rank']:.0f} | "
+                     f"{m['pipeline_over_training']:.0f} | "
+                     f"{', '.join(f'{r:.0f}' for r in m['peak_rss_mib_per_rank'])} | {read} |")
+    return "\n".join(lines)
 
 
 def ratios(results, nps):
