@@ -52,6 +52,9 @@ class TrainConfig:
     input: str = "memory"  # memory, stream or files (inputs.py)
     shuffle_buffer: int = 60000  # stream and files: examples in tf.data's shuffle buffer
     float64: bool = False  # testing aid: model, data and optimizer in float64
+    elastic: bool = False  # custom loop under hvd.elastic.run: workers may leave and join
+    commit_every: int = 20  # elastic: steps between commits of the state to host memory
+    example_log: str = ""  # elastic testing aid: every process logs the examples it trains
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -33,6 +33,14 @@ def start(config: config_lib.TrainConfig) -> Job:
     Every check here either runs identically on every rank or goes through
     `runtime.on_chief`, so a bad input stops all ranks, not just one.
     """
+    job = start_process(config)
+    runtime.on_chief(lambda: make_model_dir(config.model_dir))
+    return job
+
+
+def start_process(config: config_lib.TrainConfig) -> Job:
+    """`start` without any collective operation, so a worker joining an elastic job,
+    whose peers are waiting in their state's sync, can run it alone."""
     runtime.configure_determinism(config.deterministic)
     topology = runtime.init_horovod()
     runtime.configure_gpus(topology.local_rank)
@@ -46,7 +54,6 @@ def start(config: config_lib.TrainConfig) -> Job:
     steps = config_lib.steps_per_epoch(
         source.usable_train_examples(batching.per_rank_batch_size), batching.global_batch_size,
         config.steps_per_epoch)
-    runtime.on_chief(lambda: make_model_dir(config.model_dir))
     return Job(topology, batching, source, steps, dtype)
 
 

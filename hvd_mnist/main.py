@@ -91,6 +91,20 @@ def define_flags():
     flags.register_multi_flags_validator(
         ["keras_literal", "input"], lambda f: not f["keras_literal"] or f["input"] == "memory",
         message="--keras_literal needs --input=memory")
+    flags.DEFINE_bool("elastic", False, "Elastic training (README: Elastic training): run under "
+                      "horovodrun --min-np/--max-np --host-discovery-script; workers may leave "
+                      "and join, training goes on from the last commit.")
+    flags.DEFINE_integer("commit_every", 20, "With --elastic: steps between commits of model, "
+                         "optimizer and position to host memory (also at every epoch end).",
+                         lower_bound=1)
+    flags.DEFINE_string("example_log", "", "Testing aid for --elastic: every process appends "
+                        "the examples of each step it trains to DIR/examples-<pid>.jsonl.")
+    flags.register_multi_flags_validator(
+        ["mode", "elastic"], lambda f: f["mode"] == "custom" or not f["elastic"],
+        message="--elastic is supported by --mode=custom only")
+    flags.register_multi_flags_validator(
+        ["elastic", "example_log"], lambda f: f["elastic"] or not f["example_log"],
+        message="--example_log needs --elastic")
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")
@@ -116,6 +130,8 @@ def main(argv):
         from hvd_mnist import data, keras_fit, train
         data.check_prepared(config.data_dir)  # before Horovod does any work
         trainer = train if config.mode == "custom" else keras_fit
+        if config.elastic:
+            from hvd_mnist import elastic as trainer
         trainer.train_and_evaluate(config)
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)

@@ -113,8 +113,11 @@ class DeferredLossCheck:
 
 
 def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
-                steps: int, model, clock: timing.StepClock) -> float:
-    """One epoch's steps over `batches`; returns their mean loss, every one checked finite."""
+                steps: int, model, clock: timing.StepClock, after_step=None) -> float:
+    """One epoch's steps over `batches`; returns their mean loss, every one checked finite.
+
+    `after_step(step, loss)`, if given, runs after each step (elastic.py commits there).
+    """
     loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
     finite_check = DeferredLossCheck()
     for step, (images, labels) in enumerate(batches, start=1):
@@ -127,6 +130,8 @@ def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: i
         loss_total += loss
         if config.log_every and step % config.log_every == 0:
             runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
+        if after_step:
+            after_step(step, loss)
     finite_check.flush()  # before any checkpoint of this epoch
     return float(loss_total) / steps
 

@@ -5,21 +5,28 @@ HVD_MNIST_TEST_FAULT=
                         (counted from 1 in this process)
   kill_in_save:E        rank 0 SIGKILLs itself while saving checkpoint E: after its
                         data files are written, before the `checkpoint` file names it
+                        (once: a later save of E, by an elastic job's next rank 0, goes on)
   unwritable_before_save:E
                         rank 0 makes model_dir/checkpoints unwritable just before saving
                         checkpoint E, as an administrator's chmod (or, for root, whom
                         permissions do not stop, `chattr +i`) would mid-run
+  kill_in_commit:R:N     (--elastic) rank R SIGKILLs itself in its N-th commit of training
+                        state, after copying the state, before the collective host check
+  slow_until_size:S:MS  (--elastic) every rank sleeps MS milliseconds before each step
+                        while the job has not S workers, so a test can grow or shrink it
+                        mid-run on a tiny dataset
 A real kill, not an exception, so nothing gets to clean up; the product has no such hook.
 """
 
 import os
 import signal
 import subprocess
+import time
 
 import horovod.tensorflow as hvd
 from tensorflow.python.checkpoint import checkpoint_management
 
-from hvd_mnist import checkpoint, main, train
+from hvd_mnist import checkpoint, elastic, main, train
 
 
 def kill_self():
@@ -50,8 +57,10 @@ def kill_in_save(epoch):
     update_state = checkpoint_management.update_checkpoint_state_internal
 
     def killing_update_state(save_dir, model_checkpoint_path, *args, **kwargs):
-        if model_checkpoint_path.endswith(f"ckpt-{epoch}"):
+        killed_once = model_checkpoint_path + ".killed"  # an elastic job's next rank 0 saves it
+        if model_checkpoint_path.endswith(f"ckpt-{epoch}") and not os.path.exists(killed_once):
             assert os.path.exists(model_checkpoint_path + ".index")  # the data is written
+            open(killed_once, "w").close()
             kill_self()
         return update_state(save_dir, model_checkpoint_path, *args, **kwargs)
 
@@ -74,10 +83,39 @@ def unwritable_before_save(epoch):
         return save(store, save_epoch)
 
     checkpoint.CheckpointStore.save = save_into_unwritable_directory
+def kill_in_commit(rank, commit_number):
+    calls = [0]
+
+    def killing_commit(state):
+        calls[0] += 1
+        state.save()
+        if calls[0] == commit_number and hvd.rank() == rank:
+            kill_self()
+        state.check_host_updates()
+
+    elastic.TrainingState.commit = killing_commit
+
+
+def slow_until_size(size, milliseconds):
+    train_epoch = train.train_epoch
+
+    def slow_train_epoch(*args, after_step=None, **kwargs):
+        if hvd.size() != size:
+            time.sleep(milliseconds / 1000)  # before the first step
+
+        def slow_after_step(step, loss):
+            after_step(step, loss)
+            if hvd.size() != size:
+                time.sleep(milliseconds / 1000)
+
+        return train_epoch(*args, after_step=slow_after_step, **kwargs)
+
+    train.train_epoch = slow_train_epoch
 
 
 if __name__ == "__main__":
     kind, *numbers = os.environ["HVD_MNIST_TEST_FAULT"].split(":")
     {"kill_before_step": kill_before_step, "kill_in_save": kill_in_save,
-     "unwritable_before_save": unwritable_before_save}[kind](*map(int, numbers))
+     "unwritable_before_save": unwritable_before_save, "kill_in_commit": kill_in_commit,
+     "slow_until_size": slow_until_size}[kind](*map(int, numbers))
     main.run()
