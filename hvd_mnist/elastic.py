@@ -20,6 +20,7 @@ import time
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
+from horovod.common.exceptions import HorovodInternalError
 
 from hvd_mnist import (checkpoint, config as config_lib, data, job as job_lib, model as model_lib,
                        run_identity, runtime, timing, train)
@@ -170,7 +171,25 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         epoch=1, first_epoch=1, position=0, epoch_examples=0, loss_sum=0.0,
         steps_in_epoch=0, epoch_seconds=0.0, train_steps=0, images_trained=0, starts=0,
         finished=False, history=())
-    return hvd.elastic.run(_train)(state, run)
+    return hvd.elastic.run(_reporting_lost_peers(_train))(state, run)
+
+
+def _reporting_lost_peers(train_fn):
+    """Makes a collective that failed because a peer died a HorovodInternalError.
+
+    hvd.elastic.run recognises one only if TF's message names a Horovod op type; ours
+    names the op ("Detected at node train_loss"), and then hvd.elastic.run swallows
+    the error and returns None: this worker would exit 0, and the driver, seeing a
+    success, would end the whole job.
+    """
+    def wrapper(state, run):
+        try:
+            return train_fn(state, run)
+        except tf.errors.UnknownError as e:
+            if "Horovod" in e.message:
+                raise HorovodInternalError(e) from e
+            raise
+    return wrapper
 
 
 def _store(run: _Run, batching: config_lib.Batching, size: int, steps: int):
