@@ -73,6 +73,16 @@ def test_a_short_last_step_may_leave_a_rank_an_empty_batch():
     assert shapes == [0]
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["--mode=keras"], "--elastic is supported by --mode=custom only"),
+    (["--recipe=fast"], "hvd_mnist: error: --elastic needs --lr_schedule=constant"),
+])
+def test_unsupported_combinations_are_refused_in_one_line(tiny_data_dir, flags, message):
+    result = subprocess.run(trainer_command(f"--data_dir={tiny_data_dir}", "--elastic", *flags),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
 # --- real elastic jobs -------------------------------------------------------------------
 
 def write_hosts(path, hosts):
