@@ -14,6 +14,7 @@ Writes reports/elastic.json.
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -124,14 +125,22 @@ def main():
     parser.add_argument("--data_dir", default="data/tfds")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--kill_after_steps", type=int, default=30)
+    parser.add_argument("--steps_per_epoch", type=int, default=60,
+                        help="throughput runs: 2 epochs of this many steps")
+    parser.add_argument("--recovery_epochs", type=int, default=1,
+                        help="recovery run: full epochs (234 steps of 2 x 128 on MNIST)")
+    parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--output", default=os.path.join(ROOT, "reports", "elastic.json"))
     args = parser.parse_args()
-    flags = ["--epochs=2", "--steps_per_epoch=60"]
+    flags = ["--epochs=2", f"--steps_per_epoch={args.steps_per_epoch}",
+             f"--batch_size={args.batch_size}"]
     started = runlib.now()
-    with tempfile.TemporaryDirectory(prefix="elastic_bench") as work:
-        rates = throughput(args.data_dir, work, flags, args.repeats)
-        recovered = recovery(args.data_dir, work, ["--epochs=1", "--steps_per_epoch=120"],
-                             args.kill_after_steps)
+    work = tempfile.mkdtemp(prefix="elastic_bench")  # kept when a run fails, for its log
+    rates = throughput(args.data_dir, work, flags, args.repeats)
+    recovered = recovery(args.data_dir, work, [f"--epochs={args.recovery_epochs}",
+                                               f"--batch_size={args.batch_size}"],
+                         args.kill_after_steps)
+    shutil.rmtree(work)
     report = {"started": started, "machine": runlib.machine_description(),
               "flags": flags, "images_per_second": rates,
               "elastic_over_normal": statistics.median(rates["elastic"])
