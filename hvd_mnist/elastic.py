@@ -185,7 +185,7 @@ def _reporting_lost_peers(train_fn):
     def wrapper(state, run):
         try:
             return train_fn(state, run)
-        except tf.errors.UnknownError as e:
+        except tf.errors.OpError as e:
             if "Horovod" in e.message:
                 raise HorovodInternalError(e) from e
             raise
