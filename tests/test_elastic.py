@@ -192,17 +192,18 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
         (pid for pid, rs in logs.items() for r in rs
          if "step" in r and r["rank"] == 1 and r["epoch"] == 2 and r["position"] == 4 * 32),
         None), tmp_path, job)
-    write_hosts(hosts, HOSTS[:1])
     os.kill(victim, signal.SIGKILL)
     killed_at = time.time()
+    # The failed host is blacklisted; take it out of the file only once the job has
+    # re-formed without it (README: Elastic training, on a race in Horovod's driver).
+    wait_for(lambda logs: any(r.get("start") == 2 for rs in logs.values() for r in rs),
+             tmp_path, job)
+    write_hosts(hosts, HOSTS[:1])
     returncode, output = finish(job, tmp_path)
     assert returncode == 0, output
 
     kept, redone, starts = read_example_log(tmp_path)
-    # (The driver may also report the host's removal from the file after the restart: one
-    # more reset at 1 worker, at a commit, which rolls nothing back.)
-    assert [r["size"] for n in sorted(starts) for r in starts[n]][:3] == [2, 2, 1]
-    assert {r["size"] for n in sorted(starts)[1:] for r in starts[n]} == {1}
+    assert [r["size"] for n in sorted(starts) for r in starts[n]] == [2, 2, 1]
     assert starts[2][0]["epoch"] == 2
     assert_every_example_once_per_epoch(kept, epochs=3)
     # The steps after the last commit (position 4 x 32) were trained, lost and re-done.
