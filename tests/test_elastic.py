@@ -76,6 +76,7 @@ def test_a_short_last_step_may_leave_a_rank_an_empty_batch():
 @pytest.mark.parametrize("flags,message", [
     (["--mode=keras"], "--elastic is supported by --mode=custom only"),
     (["--recipe=fast"], "hvd_mnist: error: --elastic needs --lr_schedule=constant"),
+    (["--input=stream"], "hvd_mnist: error: --elastic needs --input=memory"),
 ])
 def test_unsupported_combinations_are_refused_in_one_line(tiny_data_dir, flags, message):
     result = subprocess.run(trainer_command(f"--data_dir={tiny_data_dir}", "--elastic", *flags),
