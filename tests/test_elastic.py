@@ -108,7 +108,7 @@ def start_elastic(tiny_data_dir, model_dir, hosts_file, *extra, np_=2, fault=Non
                             env=env, cwd=ROOT)
 
 
-def finish(process, model_dir, timeout=240):
+def finish(process, model_dir, timeout=420):
     try:
         returncode = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -256,7 +256,7 @@ def test_without_failures_elastic_equals_a_normal_run_bitwise(tiny_data_dir, tmp
     job = start_elastic(tiny_data_dir, tmp_path / "elastic", hosts, *flags)
     normal = horovodrun(2, trainer_command(
         f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path}/normal",
-        f"--export_weights_dir={tmp_path}/normal/weights", *FLAGS, *flags))
+        f"--export_weights_dir={tmp_path}/normal/weights", *FLAGS, *flags), timeout=420)
     assert normal.returncode == 0, normal.stdout + normal.stderr
     returncode, output = finish(job, tmp_path / "elastic")
     assert returncode == 0, output
