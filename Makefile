@@ -11,11 +11,18 @@ TRAIN_FLAGS ?=
 # A hang fails fast instead of eating the whole job's time.
 export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
+# No TensorFlow INFO lines: horovodrun's own build check imports TensorFlow too (the
+# workers set this themselves). TF_CPP_MIN_LOG_LEVEL=0 make train shows them again.
+export TF_CPP_MIN_LOG_LEVEL ?= 1
 
 SETUP_STAMP := $(VENV)/.setup-done
 DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 
-.PHONY: setup data data-sharded train test parity bench clean
+# make plot: test accuracy and loss per epoch of these runs (summary.json or a parity report).
+PLOT_RUNS ?= $(MODEL_DIR)/summary.json
+PLOT ?= $(MODEL_DIR)/plot.png
+
+.PHONY: setup data data-sharded train test parity bench plot clean
 
 setup: $(SETUP_STAMP)
 
@@ -36,9 +43,13 @@ data-sharded: $(SHARDED_DATA_STAMP)
 $(SHARDED_DATA_STAMP): | $(SETUP_STAMP)
 	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(SHARDED_DATA_DIR) --num_shards=8
 
+# horovodrun hands its workers a pipe, so they cannot see a terminal themselves: a live
+# bar when make's own output is a terminal, plain lines otherwise (CI, `| tee`, a log file).
 train: $(SETUP_STAMP) $(DATA_STAMP)
+	if [ -t 1 ]; then progress=bar; else progress=lines; fi; \
 	$(BIN)/horovodrun -np $(NP) -H localhost:$(NP) \
-	  $(BIN)/python -m hvd_mnist.main --data_dir=$(DATA_DIR) --model_dir=$(MODEL_DIR) $(TRAIN_FLAGS)
+	  $(BIN)/python -m hvd_mnist.main --data_dir=$(DATA_DIR) --model_dir=$(MODEL_DIR) \
+	  --progress=$$progress $(TRAIN_FLAGS)
 
 test: $(SETUP_STAMP)
 	$(BIN)/python -m pytest
@@ -51,6 +62,9 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 # (~17 min).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python tools/bench.py --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+
+plot: $(SETUP_STAMP)
+	$(BIN)/python tools/plot.py --out=$(PLOT) $(PLOT_RUNS)
 
 clean:
 	rm -rf $(MODEL_DIR)

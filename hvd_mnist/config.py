@@ -14,6 +14,7 @@ OPTIMIZERS = tuple(DEFAULT_LEARNING_RATES)
 MODES = ("custom", "keras")
 INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
+PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
 
 # --recipe=fast: flag values it sets unless given on the command line. Why these
 # values, with the measured curves: README, "A fast recipe".
@@ -55,6 +56,8 @@ class TrainConfig:
     elastic: bool = False  # custom loop under hvd.elastic.run: workers may leave and join
     commit_every: int = 20  # elastic: steps between commits of the state to host memory
     example_log: str = ""  # elastic testing aid: every process logs the examples it trains
+    progress: str = "auto"  # bar, lines, or auto: bar when stdout is a terminal
+    export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -1,4 +1,4 @@
-"""Reading and writing MNIST's IDX files (gzip-compressed), with validation.
+"""Reading and writing MNIST's IDX files (written gzip-compressed; read either way), with validation.
 
 IDX is big-endian: a magic number (2051 for images, 2049 for labels), the
 dimension sizes, then unsigned bytes. Every way a file can be wrong here is
@@ -49,7 +49,7 @@ def _write_gz(path: str, payload: bytes) -> None:
 
 def read_images(path: str) -> np.ndarray:
     """Images as uint8 (n, 28, 28); DataError if the file is not 28x28 IDX images."""
-    data = _read_gz(path)
+    data = _read_bytes(path)
     n, rows, cols = _parse_header(path, data, IMAGES_MAGIC, ndims=3)
     if (rows, cols) != (IMAGE_SIDE, IMAGE_SIDE):
         raise DataError(f"{path}: images are {rows}x{cols}, MNIST images are "
@@ -60,7 +60,7 @@ def read_images(path: str) -> np.ndarray:
 
 def read_labels(path: str) -> np.ndarray:
     """Labels as uint8 (n,); DataError on a bad header, short file or label outside 0..9."""
-    data = _read_gz(path)
+    data = _read_bytes(path)
     (n,) = _parse_header(path, data, LABELS_MAGIC, ndims=1)
     labels = _payload(path, data, header_bytes=8, expected=n)
     if labels.size and labels.max() >= NUM_CLASSES:
@@ -77,25 +77,33 @@ def read_pair(image_path: str, label_path: str):
     return images, labels
 
 
-def _read_gz(path: str) -> bytes:
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _read_bytes(path: str) -> bytes:
+    """The file's IDX bytes: gunzipped when it is gzip, as is otherwise (a gunzipped
+    MNIST download)."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if not raw.startswith(GZIP_MAGIC):
+        return raw
     try:
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    except (OSError, EOFError) as e:  # not gzip, or cut off mid-stream
+        return gzip.decompress(raw)
+    except (OSError, EOFError) as e:  # cut off mid-stream, or damaged
         raise DataError(f"{path}: not a complete gzip file ({e})") from None
 
 
 def _parse_header(path, data, magic, ndims):
     header_bytes = 4 + 4 * ndims
-    if len(data) < header_bytes:
-        raise DataError(f"{path}: truncated IDX header ({len(data)} bytes)")
-    found, *dims = struct.unpack(f">I{ndims}I", data[:header_bytes])
-    if found != magic:
+    # The magic first: a short labels file given for images is a wrong file, not a short one.
+    if len(data) >= 4 and (found := struct.unpack(">I", data[:4])[0]) != magic:
         kind = "images" if magic == IMAGES_MAGIC else "labels"
         raise DataError(f"{path}: magic number {found}, expected {magic} for IDX {kind}")
-    return dims
+    if len(data) < header_bytes:
+        raise DataError(f"{path}: truncated IDX header ({len(data)} bytes)")
+    return struct.unpack(f">{ndims}I", data[4:header_bytes])
 
 
 def _payload(path, data, header_bytes, expected):

@@ -14,7 +14,8 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, inputs, model as model_lib, outputs, runtime, timing
+from hvd_mnist import (config as config_lib, export, inputs, model as model_lib, outputs, runtime,
+                       timing)
 from hvd_mnist.errors import UserFacingError
 
 
@@ -167,11 +168,15 @@ def format_epoch(record: dict, epochs: int) -> str:
             f"{record['train_seconds']:.1f} s, {record['images_per_second']:.0f} images/s")
 
 
-def finish(config: config_lib.TrainConfig, summary: dict) -> None:
-    """Rank 0 writes summary.json and prints the summary."""
+def finish(config: config_lib.TrainConfig, summary: dict, model) -> None:
+    """Rank 0 writes summary.json and the exported model, and prints the summary."""
     runtime.on_chief(lambda: outputs.write_json(os.path.join(config.model_dir, "summary.json"),
                                                 summary))
     runtime.log(format_summary(summary))
+    if config.export:
+        directory = export.export_on_chief(config.model_dir, model, summary)
+        runtime.log(f"exported the model to {directory}: python -m hvd_mnist.predict "
+                    f"--model={directory} FILE...")
 
 
 def format_summary(summary: dict) -> str:

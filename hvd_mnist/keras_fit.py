@@ -15,25 +15,29 @@ import math
 import os
 import time
 
+import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
 from hvd_mnist import (config as config_lib, data, job as job_lib, model as model_lib, outputs,
-                       runtime, timing)
+                       progress, runtime, timing)
 
 
 class EpochBookkeeping(tf.keras.callbacks.Callback):
     """What the custom loop does around its steps, done around fit()'s.
 
     Restarts dropout's random streams from (seed, rank, epoch), times steps,
-    records and prints per-epoch results in the custom loop's format, and
-    stops at --target_accuracy. Must come after MetricAverageCallback, so the
-    val_* values it reads are already averaged over ranks.
+    records and prints per-epoch results in the custom loop's format, feeds
+    the run's TrainingMonitor (lines and TensorBoard; fit draws its own bar),
+    and stops at --target_accuracy. Must come after MetricAverageCallback, so
+    the val_* values it reads are already averaged over ranks.
     """
 
-    def __init__(self, config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
+    def __init__(self, config: config_lib.TrainConfig, job: job_lib.Job, epochs: int,
+                 monitor: progress.TrainingMonitor):
         super().__init__()
+        self.monitor = monitor
         self.config, self.rank, self.epochs = config, job.topology.rank, epochs
         self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
         self.test_examples = job.source.num_test_examples
@@ -44,9 +48,14 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         model_lib.reseed_dropout(self.model, (self.config.seed, self.rank, epoch + 1))
         self._start = time.perf_counter()
         self.clock.epoch_started()
+        self.monitor.start_epoch(epoch + 1)
 
     def on_train_batch_end(self, batch, logs=None):
         self.clock.step_done()
+        # fit's "loss" is this rank's running mean over the epoch; the monitor
+        # asks for the sum only at --log_every points, where every rank is.
+        self.monitor.step_done(batch + 1, lambda: float(hvd.allreduce(
+            tf.constant(logs["loss"] * (batch + 1)), op=hvd.Average, name="keras_loss_sum")))
 
     def on_test_begin(self, logs=None):
         # fit() validates inside the epoch; training time stops here.
@@ -60,6 +69,7 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
                                       train_seconds=self._train_seconds,
                                       images_trained=self.images_per_epoch)
         self.history.append(record)
+        self.monitor.end_epoch(record)
         if job_lib.end_epoch(self.config, record, self.epochs):
             self.model.stop_training = True
 
@@ -81,6 +91,12 @@ class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
                 self.model.save(path)
 
         runtime.on_chief(save)
+
+
+def fit_verbosity(progress_mode: str) -> int:
+    """fit's live bar (1) for --progress=bar; otherwise one line per epoch (2): Keras's
+    Progbar always redraws with carriage returns on Linux, terminal or not."""
+    return 1 if progress_mode == "bar" else 2
 
 
 def literal_epochs(epochs: int, size: int) -> int:
@@ -134,7 +150,12 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
 
     batch = job.batching.per_rank_batch_size
-    bookkeeping = EpochBookkeeping(config, job, epochs)
+    monitor = progress.monitor_for_run(
+        config, epochs=epochs, steps_per_epoch=job.steps_per_epoch,
+        images_per_step=job.batching.global_batch_size,
+        learning_rate=lambda: float(optimizer.learning_rate),
+        draw_bar=False)
+    bookkeeping = EpochBookkeeping(config, job, epochs, monitor)
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
         # Averages each rank's validation mean; exact when the test shards are
@@ -150,12 +171,13 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     model.fit(train_batches(config, job, epochs), epochs=epochs,
               steps_per_epoch=job.steps_per_epoch,
               validation_data=validation_batches(config, job), callbacks=callbacks,
-              verbose=1 if runtime.is_chief() else 0)
+              verbose=fit_verbosity(monitor.mode) if runtime.is_chief() else 0)
 
     if config.export_weights_dir:
         job_lib.export_weights(config.export_weights_dir, model, rank)
     summary = job_lib.summarize(job, bookkeeping.history, first_epoch=1,
                                 wall_seconds=time.perf_counter() - wall_start,
                                 clock=bookkeeping.clock, mode="keras")
-    job_lib.finish(config, summary)
+    monitor.close()
+    job_lib.finish(config, summary, model)
     return summary

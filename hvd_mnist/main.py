@@ -5,13 +5,13 @@ Flag values are validated while parsing, before Horovod starts, so a bad value
 stops every rank with the flag's name in the message.
 """
 
-import os
 import sys
 
-# Before TensorFlow is imported: hide its start-up INFO lines, keep warnings.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+from hvd_mnist import quiet
 
-from absl import app, flags, logging  # noqa: E402
+quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
+
+from absl import app, flags  # noqa: E402
 
 from hvd_mnist import config as config_lib  # noqa: E402
 from hvd_mnist.errors import UserFacingError  # noqa: E402
@@ -105,6 +105,13 @@ def define_flags():
     flags.register_multi_flags_validator(
         ["elastic", "example_log"], lambda f: f["elastic"] or not f["example_log"],
         message="--example_log needs --elastic")
+    flags.DEFINE_enum("progress", "auto", list(config_lib.PROGRESS_MODES),
+                      "bar: rank 0 draws a live progress bar; lines: a line every --log_every "
+                      "steps, no carriage returns (CI, log files); auto: bar when stdout is a "
+                      "terminal, which under horovodrun it never is (make train decides from "
+                      "its own terminal).")
+    flags.DEFINE_bool("export", True, "At the end, rank 0 writes the model as a SavedModel "
+                      "to model_dir/export (for python -m hvd_mnist.predict).")
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")
@@ -125,7 +132,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(FLAGS)
-    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
+    quiet.after_flags()
     try:
         from hvd_mnist import data, keras_fit, train
         data.check_prepared(config.data_dir)  # before Horovod does any work

@@ -10,16 +10,18 @@ import contextlib
 import json
 import os
 
-from hvd_mnist.errors import UserFacingError
+from hvd_mnist.errors import UserFacingError, short_reason
 
 
 @contextlib.contextmanager
-def writing(path: str):
-    """Turns an OSError inside the block into one line naming `path`."""
+def writing(path: str, also: tuple = ()):
+    """Turns an OSError (or one of `also`, such as TF's own I/O errors) inside the
+    block into one line naming `path`."""
     try:
         yield
-    except OSError as e:
-        raise UserFacingError(f"cannot write {path} ({e.strerror or e}); free space or fix "
+    except (OSError, *also) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else short_reason(e)
+        raise UserFacingError(f"cannot write {path} ({reason}); free space or fix "
                               "the directory, then run again (with --resume to continue)"
                               ) from None
 

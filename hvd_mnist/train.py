@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_mnist import (checkpoint, config as config_lib, job as job_lib, model as model_lib,
-                       run_identity, runtime, timing)
+                       progress, run_identity, runtime, timing)
 from hvd_mnist.errors import UserFacingError
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
@@ -113,10 +113,13 @@ class DeferredLossCheck:
 
 
 def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
-                steps: int, model, clock: timing.StepClock, after_step=None) -> float:
+                steps: int, model, clock: timing.StepClock, after_step=None,
+                monitor: progress.TrainingMonitor | None = None) -> float:
     """One epoch's steps over `batches`; returns their mean loss, every one checked finite.
 
     `after_step(step, loss)`, if given, runs after each step (elastic.py commits there).
+    `monitor` shows progress and, every --log_every steps, logs to TensorBoard; without
+    one (elastic.py), a loss line every --log_every steps.
     """
     loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
     finite_check = DeferredLossCheck()
@@ -128,7 +131,9 @@ def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: i
         clock.step_done()
         finite_check.push(loss, f"step {run_step} (epoch {epoch}, step {step} of {steps})")
         loss_total += loss
-        if config.log_every and step % config.log_every == 0:
+        if monitor is not None:
+            monitor.step_done(step, lambda: float(loss_total))
+        elif config.log_every and step % config.log_every == 0:
             runtime.log(f"epoch {epoch} step {step}/{steps} loss {float(loss):.4f}")
         if after_step:
             after_step(step, loss)
@@ -174,6 +179,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                 f"epochs {epochs_done + 1}..{config.epochs}")
 
     history, clock = [], timing.StepClock(batching.global_batch_size)
+    monitor = progress.monitor_for_run(config, epochs=config.epochs, steps_per_epoch=steps,
+                                       images_per_step=batching.global_batch_size,
+                                       learning_rate=lambda: float(optimizer.learning_rate))
     for epoch in range(epochs_done + 1, config.epochs + 1):
         # Masks differ per rank, as they would on separate machines, and depend
         # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
@@ -182,13 +190,15 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                            per_rank_batch_size=batching.per_rank_batch_size)
         epoch_start = time.perf_counter()
         clock.epoch_started()
+        monitor.start_epoch(epoch)
         train_loss = train_epoch(config, train_step, batches, epoch=epoch, steps=steps,
-                                 model=model, clock=clock)
+                                 model=model, clock=clock, monitor=monitor)
         record = job_lib.epoch_record(
             epoch, train_loss, evaluate(eval_step, eval_batches),
             train_seconds=time.perf_counter() - epoch_start,
             images_trained=steps * batching.global_batch_size)
         history.append(record)
+        monitor.end_epoch(record)
         runtime.on_chief(lambda: store.save(epoch))
         if job_lib.end_epoch(config, record, config.epochs):
             break
@@ -199,5 +209,6 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                 wall_seconds=time.perf_counter() - wall_start, clock=clock,
                                 mode="custom",
                                 train_step_traces=train_step.experimental_get_tracing_count())
-    job_lib.finish(config, summary)
+    monitor.close()
+    job_lib.finish(config, summary, model)
     return summary

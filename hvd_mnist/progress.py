@@ -1,0 +1,134 @@
+"""What rank 0 shows while an epoch runs: a live bar on a terminal, plain lines elsewhere.
+
+`--progress=bar` draws Keras's Progbar (steps done, loss, images/s), redrawn in
+place with carriage returns; `--progress=lines` prints one line every
+--log_every steps and never a carriage return, for CI and log files; `auto`
+(the default) picks the bar when this process's stdout is a terminal. Under
+horovodrun a worker's stdout is always a pipe (horovodrun reads it and prefixes
+`[0]<stdout>:`), so `auto` gives lines there; `make train` looks at its own
+stdout instead and passes `--progress=bar` or `lines` (see the Makefile).
+horovodrun forwards each carriage-return-ended piece as it arrives, so the bar
+still redraws in place through it.
+
+`TrainingMonitor` is what the training loops call: the bar or the lines, and,
+every --log_every steps, TensorBoard's step scalars (tensorboard_log.py).
+"""
+
+import sys
+import time
+
+import tensorflow as tf
+
+from hvd_mnist import config as config_lib, runtime, tensorboard_log
+
+# The bar asks for the loss (which waits for the step in flight) at most this often.
+BAR_REDRAW_SECONDS = 0.1
+
+
+def resolve_mode(mode: str, stream=None) -> str:
+    """"bar" or "lines": what `mode` means for output going to `stream`."""
+    if mode != "auto":
+        return mode
+    stream = stream or sys.stdout
+    return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
+
+
+class LogWindow:
+    """Mean loss and images/s over the steps since the last --log_every point."""
+
+    def __init__(self, images_per_step: int, clock=time.perf_counter):
+        self.images_per_step, self.clock = images_per_step, clock
+        self.restart()
+
+    def restart(self) -> None:
+        self._start, self._step, self._loss_sum = self.clock(), 0, 0.0
+
+    def close(self, step: int, loss_sum: float):
+        """(mean loss, images/s) of the steps after the previous close up to `step`.
+
+        `loss_sum` is the sum of the epoch's step losses so far.
+        """
+        now = self.clock()
+        steps = step - self._step
+        result = ((loss_sum - self._loss_sum) / steps,
+                  steps * self.images_per_step / max(now - self._start, 1e-9))
+        self._start, self._step, self._loss_sum = now, step, loss_sum
+        return result
+
+
+def monitor_for_run(config: config_lib.TrainConfig, *, epochs: int, steps_per_epoch: int,
+                    images_per_step: int, learning_rate, draw_bar: bool = True):
+    """The run's TrainingMonitor, writing TensorBoard to model_dir/tensorboard."""
+    return TrainingMonitor(resolve_mode(config.progress), epochs=epochs,
+                           steps_per_epoch=steps_per_epoch, images_per_step=images_per_step,
+                           log_every=config.log_every,
+                           board=tensorboard_log.TensorBoardLog(config.model_dir),
+                           learning_rate=learning_rate, show=runtime.is_chief(),
+                           draw_bar=draw_bar)
+
+
+class TrainingMonitor:
+    """Progress display and step-level TensorBoard scalars for one run.
+
+    Every rank calls every method at the same steps: the --log_every points
+    reach TensorBoard through runtime.on_chief, a collective. Only `show`
+    (rank 0) prints.
+    """
+
+    def __init__(self, mode: str, *, epochs: int, steps_per_epoch: int, images_per_step: int,
+                 log_every: int, board, learning_rate, show: bool, draw_bar: bool = True,
+                 stream=None):
+        """`mode`: bar or lines (see resolve_mode); `board`: a TensorBoardLog;
+        `learning_rate`: returns the rate of the latest step; `draw_bar`: False
+        where something else draws the bar (Keras fit's own)."""
+        self.mode, self.epochs, self.steps = mode, epochs, steps_per_epoch
+        self.log_every, self.board, self.learning_rate = log_every, board, learning_rate
+        self.show, self.draw_bar, self.stream = show, draw_bar, stream
+        self.window = LogWindow(images_per_step)
+        self.images_per_step = images_per_step
+        self._bar = None
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.window.restart()
+        self._epoch_start = time.perf_counter()
+        if self.show and self.mode == "bar" and self.draw_bar:
+            self._print(f"epoch {epoch}/{self.epochs}")
+            self._bar = tf.keras.utils.Progbar(self.steps, interval=0,
+                                               stateful_metrics=["loss", "images/s"])
+            self._last_draw = 0.0
+
+    def step_done(self, step: int, loss_sum) -> None:
+        """After step `step` (from 1) of the epoch; `loss_sum()` is the sum of its
+        losses so far, called only when a value is shown or logged."""
+        now = time.perf_counter()
+        if self._bar is not None and (step >= self.steps
+                                      or now - self._last_draw >= BAR_REDRAW_SECONDS):
+            self._last_draw = now
+            seconds = max(now - self._epoch_start, 1e-9)
+            self._bar.update(step, [("loss", loss_sum() / step),
+                                    ("images/s", round(step * self.images_per_step / seconds))])
+            if step < self.steps:
+                # horovodrun forwards a worker's output up to each \r or \n; Progbar ends
+                # a redraw with neither, which would show every redraw one step late.
+                sys.stdout.write("\r")
+                sys.stdout.flush()
+        if self.log_every and step % self.log_every == 0:
+            loss, images_per_second = self.window.close(step, loss_sum())
+            run_step = (self.epoch - 1) * self.steps + step
+            if self.show and self.mode == "lines":
+                self._print(f"epoch {self.epoch}/{self.epochs} step {step}/{self.steps}: loss "
+                            f"{loss:.4f}, {images_per_second:.0f} images/s")
+            self.board.train_window(run_step, loss=loss, learning_rate=self.learning_rate(),
+                                    images_per_second=images_per_second)
+
+    def end_epoch(self, record: dict) -> None:
+        """After the epoch's evaluation; `record` as job.epoch_record makes it."""
+        self._bar = None
+        self.board.epoch(record, self.learning_rate())
+
+    def close(self) -> None:
+        self.board.close()
+
+    def _print(self, message: str) -> None:
+        print(message, file=self.stream or sys.stdout, flush=True)
