@@ -1,14 +1,14 @@
 """What rank 0 shows while an epoch runs: a live bar on a terminal, plain lines elsewhere.
 
-`--progress=bar` draws Keras's Progbar (steps done, loss, images/s), redrawn in
-place with carriage returns; `--progress=lines` prints one line every
---log_every steps and never a carriage return, for CI and log files; `auto`
-(the default) picks the bar when this process's stdout is a terminal. Under
-horovodrun a worker's stdout is always a pipe (horovodrun reads it and prefixes
-`[0]<stdout>:`), so `auto` gives lines there; `make train` looks at its own
-stdout instead and passes `--progress=bar` or `lines` (see the Makefile).
-horovodrun forwards each carriage-return-ended piece as it arrives, so the bar
-still redraws in place through it.
+`--progress=bar` draws a tqdm bar (steps done, time, the epoch's mean loss so far,
+images/s over all workers), redrawn in place with carriage returns;
+`--progress=lines` prints one line every --log_every steps and never a carriage
+return, for CI and log files; `auto` (the default) picks the bar when this
+process's stdout is a terminal. Under horovodrun a worker's stdout is always a
+pipe (horovodrun reads it and prefixes `[0]<stdout>:`), so `auto` gives lines
+there; `make train` looks at its own stdout instead and passes `--progress=bar`
+or `lines` (see the Makefile). horovodrun forwards each carriage-return-ended
+piece as it arrives, so the bar still redraws in place through it.
 
 `TrainingMonitor` is what the training loops call: the bar or the lines, and,
 every --log_every steps, TensorBoard's step scalars (tensorboard_log.py).
@@ -17,7 +17,7 @@ every --log_every steps, TensorBoard's step scalars (tensorboard_log.py).
 import sys
 import time
 
-import tensorflow as tf
+import tqdm
 
 from hvd_mnist import config as config_lib, runtime, tensorboard_log
 
@@ -76,14 +76,13 @@ class TrainingMonitor:
     """
 
     def __init__(self, mode: str, *, epochs: int, steps_per_epoch: int, images_per_step: int,
-                 log_every: int, board, learning_rate, show: bool, draw_bar: bool = True,
-                 stream=None):
+                 log_every: int, board, learning_rate, show: bool, draw_bar: bool = True):
         """`mode`: bar or lines (see resolve_mode); `board`: a TensorBoardLog;
         `learning_rate`: returns the rate of the latest step; `draw_bar`: False
         where something else draws the bar (Keras fit's own)."""
         self.mode, self.epochs, self.steps = mode, epochs, steps_per_epoch
         self.log_every, self.board, self.learning_rate = log_every, board, learning_rate
-        self.show, self.draw_bar, self.stream = show, draw_bar, stream
+        self.show, self.draw_bar = show, draw_bar
         self.window = LogWindow(images_per_step)
         self.images_per_step = images_per_step
         self._bar = None
@@ -91,12 +90,14 @@ class TrainingMonitor:
     def start_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.window.restart()
-        self._epoch_start = time.perf_counter()
+        self._epoch_start = self._last_draw = time.perf_counter()
         if self.show and self.mode == "bar" and self.draw_bar:
-            self._print(f"epoch {epoch}/{self.epochs}")
-            self._bar = tf.keras.utils.Progbar(self.steps, interval=0,
-                                               stateful_metrics=["loss", "images/s"])
-            self._last_draw = 0.0
+            # Drawn only when step_done says so (never by tqdm's own timing), so the loss is
+            # read only for a redraw.
+            self._bar = tqdm.tqdm(total=self.steps, desc=f"epoch {epoch}/{self.epochs}",
+                                  unit="step", file=sys.stdout, leave=True, mininterval=0,
+                                  bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:30}| "
+                                             "{elapsed}<{remaining}{postfix}")
 
     def step_done(self, step: int, loss_sum) -> None:
         """After step `step` (from 1) of the epoch; `loss_sum()` is the sum of its
@@ -105,30 +106,31 @@ class TrainingMonitor:
         if self._bar is not None and (step >= self.steps
                                       or now - self._last_draw >= BAR_REDRAW_SECONDS):
             self._last_draw = now
-            seconds = max(now - self._epoch_start, 1e-9)
-            self._bar.update(step, [("loss", loss_sum() / step),
-                                    ("images/s", round(step * self.images_per_step / seconds))])
-            if step < self.steps:
-                # horovodrun forwards a worker's output up to each \r or \n; Progbar ends
-                # a redraw with neither, which would show every redraw one step late.
+            images_per_second = step * self.images_per_step / max(now - self._epoch_start, 1e-9)
+            self._bar.n = step
+            self._bar.set_postfix_str(f"loss {loss_sum() / step:.4f}, "
+                                      f"{images_per_second:.0f} images/s", refresh=False)
+            self._bar.refresh()
+            if step >= self.steps:
+                self._bar.close()  # the final bar stays, on its own line
+                self._bar = None
+            else:
+                # horovodrun forwards a worker's output up to each \r or \n; tqdm starts a
+                # redraw with \r and ends it with neither, which would show it one redraw late.
                 sys.stdout.write("\r")
                 sys.stdout.flush()
         if self.log_every and step % self.log_every == 0:
             loss, images_per_second = self.window.close(step, loss_sum())
             run_step = (self.epoch - 1) * self.steps + step
             if self.show and self.mode == "lines":
-                self._print(f"epoch {self.epoch}/{self.epochs} step {step}/{self.steps}: loss "
-                            f"{loss:.4f}, {images_per_second:.0f} images/s")
+                print(f"epoch {self.epoch}/{self.epochs} step {step}/{self.steps}: loss "
+                      f"{loss:.4f}, {images_per_second:.0f} images/s", flush=True)
             self.board.train_window(run_step, loss=loss, learning_rate=self.learning_rate(),
                                     images_per_second=images_per_second)
 
     def end_epoch(self, record: dict) -> None:
         """After the epoch's evaluation; `record` as job.epoch_record makes it."""
-        self._bar = None
         self.board.epoch(record, self.learning_rate())
 
     def close(self) -> None:
         self.board.close()
-
-    def _print(self, message: str) -> None:
-        print(message, file=self.stream or sys.stdout, flush=True)
