@@ -4,16 +4,20 @@
 images/s over all workers), redrawn in place with carriage returns;
 `--progress=lines` prints one line every --log_every steps and never a carriage
 return, for CI and log files; `auto` (the default) picks the bar when this
-process's stdout is a terminal. Under horovodrun a worker's stdout is always a
-pipe (horovodrun reads it and prefixes `[0]<stdout>:`), so `auto` gives lines
-there; `make train` looks at its own stdout instead and passes `--progress=bar`
-or `lines` (see the Makefile). horovodrun forwards each carriage-return-ended
+process's stdout is a terminal and no launcher started it. Under horovodrun a
+worker cannot tell: with Gloo its stdout is a pipe (horovodrun reads it and
+prefixes `[0]<stdout>:`), through Open MPI's mpirun a pseudo-terminal even when
+mpirun's own output goes to a log, so `auto` gives lines there; `make train`
+looks at its own stdout instead and passes `--progress=bar` or `lines` (see the
+Makefile). horovodrun forwards each carriage-return-ended
 piece as it arrives, so the bar still redraws in place through it.
 
 `TrainingMonitor` is what the training loops call: the bar or the lines, and,
 every --log_every steps, TensorBoard's step scalars (tensorboard_log.py).
 """
 
+import os
+import shutil
 import sys
 import time
 
@@ -25,12 +29,30 @@ from hvd_mnist import config as config_lib, runtime, tensorboard_log
 BAR_REDRAW_SECONDS = 0.1
 
 
-def resolve_mode(mode: str, stream=None) -> str:
-    """"bar" or "lines": what `mode` means for output going to `stream`."""
+# Set in every process that horovodrun starts, with Gloo or through Open MPI's mpirun.
+LAUNCHER_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+# Bar lines wider than the terminal would wrap and break the redraw in place.
+MAX_BAR_COLUMNS = 100
+
+
+def resolve_mode(mode: str, stream=None, environ=os.environ) -> str:
+    """"bar" or "lines": what `mode` means for output going to `stream`.
+
+    A launcher's worker never decides by itself: Gloo hands it a pipe, but Open
+    MPI a pseudo-terminal even when mpirun's own output goes to a CI log.
+    """
     if mode != "auto":
         return mode
+    if any(name in environ for name in LAUNCHER_VARIABLES):
+        return "lines"
     stream = stream or sys.stdout
     return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
+
+
+def bar_columns() -> int:
+    """The terminal's width, at most MAX_BAR_COLUMNS; 80 where it reports none (Open MPI's
+    pseudo-terminals report 0 columns, in which tqdm would draw an empty line)."""
+    return min(shutil.get_terminal_size((80, 24)).columns, MAX_BAR_COLUMNS)
 
 
 class LogWindow:
@@ -96,7 +118,8 @@ class TrainingMonitor:
             # read only for a redraw.
             self._bar = tqdm.tqdm(total=self.steps, desc=f"epoch {epoch}/{self.epochs}",
                                   unit="step", file=sys.stdout, leave=True, mininterval=0,
-                                  bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:30}| "
+                                  ncols=bar_columns(),
+                                  bar_format="{desc}: {n_fmt}/{total_fmt} |{bar}| "
                                              "{elapsed}<{remaining}{postfix}")
 
     def step_done(self, step: int, loss_sum) -> None:

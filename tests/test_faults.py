@@ -20,7 +20,7 @@ from conftest import horovodrun, load_weights, max_abs_difference, snapshot, tra
 pytestmark = pytest.mark.horovodrun
 
 FLAGS = ["--epochs=3", "--steps_per_epoch=5", "--batch_size=16", "--log_every=5",
-         "--deterministic"]
+         "--deterministic", "--noexport"]
 WITH_FAULT = os.path.join(os.path.dirname(__file__), "with_fault.py")
 
 

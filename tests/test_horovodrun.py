@@ -11,7 +11,7 @@ from conftest import (TINY_TEST, horovodrun, load_weights, max_abs_difference, s
 
 pytestmark = pytest.mark.horovodrun
 
-QUICK = ["--batch_size=16", "--log_every=5"]
+QUICK = ["--batch_size=16", "--log_every=5", "--noexport"]  # export: test_run_outputs.py
 
 
 def test_two_ranks_end_identical_and_only_rank_0_writes(tiny_data_dir, tmp_path):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.horovodrun
 EXACT_TOLERANCE = 1e-6     # custom loop vs Keras fit, one worker, 20 steps
 INVARIANCE_TOLERANCE = 1e-5  # any path, any -np, vs one-worker custom loop, 10 steps
 MAX_FRACTION_OFF = 0.01  # of all weights, allowed beyond INVARIANCE_TOLERANCE (see below)
-COMMON = ["--nodropout", "--global_batch_size=64", "--seed=3", "--log_every=0"]
+COMMON = ["--nodropout", "--global_batch_size=64", "--seed=3", "--log_every=0", "--noexport"]
 
 
 def train_weights(tiny_data_dir, tmp_path, name, np_, *flags, command=None):

@@ -1,6 +1,7 @@
 """Rank 0's progress: a live bar on a terminal, plain lines elsewhere, and the numbers in them."""
 
 import io
+import os
 
 import pytest
 
@@ -27,10 +28,26 @@ class Terminal(io.StringIO):
 
 
 def test_auto_means_a_bar_on_a_terminal_and_lines_on_a_pipe():
-    assert progress.resolve_mode("auto", Terminal()) == "bar"
-    assert progress.resolve_mode("auto", io.StringIO()) == "lines"
-    assert progress.resolve_mode("bar", io.StringIO()) == "bar"
-    assert progress.resolve_mode("lines", Terminal()) == "lines"
+    assert progress.resolve_mode("auto", Terminal(), environ={}) == "bar"
+    assert progress.resolve_mode("auto", io.StringIO(), environ={}) == "lines"
+    assert progress.resolve_mode("bar", io.StringIO(), environ={}) == "bar"
+    assert progress.resolve_mode("lines", Terminal(), environ={}) == "lines"
+
+
+@pytest.mark.parametrize("variable", ["HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"])
+def test_auto_means_lines_under_a_launcher_even_on_a_pseudo_terminal(variable):
+    # Open MPI gives each worker a pseudo-terminal even when mpirun writes to a CI log.
+    assert progress.resolve_mode("auto", Terminal(), environ={variable: "0"}) == "lines"
+    assert progress.resolve_mode("bar", io.StringIO(), environ={variable: "0"}) == "bar"
+
+
+def test_bar_fits_a_terminal_that_reports_no_width(monkeypatch):
+    monkeypatch.setattr(progress.shutil, "get_terminal_size",
+                        lambda fallback: os.terminal_size(fallback))
+    assert progress.bar_columns() == 80
+    monkeypatch.setattr(progress.shutil, "get_terminal_size",
+                        lambda fallback: os.terminal_size((250, 50)))
+    assert progress.bar_columns() == progress.MAX_BAR_COLUMNS
 
 
 def test_keras_fit_draws_its_bar_only_in_bar_mode():
