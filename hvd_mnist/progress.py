@@ -49,10 +49,12 @@ def resolve_mode(mode: str, stream=None, environ=os.environ) -> str:
     return "bar" if hasattr(stream, "isatty") and stream.isatty() else "lines"
 
 
-def bar_columns() -> int:
-    """The terminal's width, at most MAX_BAR_COLUMNS; 80 where it reports none (Open MPI's
-    pseudo-terminals report 0 columns, in which tqdm would draw an empty line)."""
-    return min(shutil.get_terminal_size((80, 24)).columns, MAX_BAR_COLUMNS)
+def bar_size() -> tuple:
+    """(columns, rows) for tqdm: the terminal's, at most MAX_BAR_COLUMNS wide; 80x24 where
+    it reports none. Open MPI's pseudo-terminals report 0x0, and with 0 rows tqdm
+    draws nothing at all."""
+    size = shutil.get_terminal_size((80, 24))
+    return min(size.columns, MAX_BAR_COLUMNS), size.lines
 
 
 class LogWindow:
@@ -118,7 +120,7 @@ class TrainingMonitor:
             # read only for a redraw.
             self._bar = tqdm.tqdm(total=self.steps, desc=f"epoch {epoch}/{self.epochs}",
                                   unit="step", file=sys.stdout, leave=True, mininterval=0,
-                                  ncols=bar_columns(),
+                                  ncols=bar_size()[0], nrows=bar_size()[1],
                                   bar_format="{desc}: {n_fmt}/{total_fmt} |{bar}| "
                                              "{elapsed}<{remaining}{postfix}")
 

@@ -44,10 +44,10 @@ def test_auto_means_lines_under_a_launcher_even_on_a_pseudo_terminal(variable):
 def test_bar_fits_a_terminal_that_reports_no_width(monkeypatch):
     monkeypatch.setattr(progress.shutil, "get_terminal_size",
                         lambda fallback: os.terminal_size(fallback))
-    assert progress.bar_columns() == 80
+    assert progress.bar_size() == (80, 24)
     monkeypatch.setattr(progress.shutil, "get_terminal_size",
                         lambda fallback: os.terminal_size((250, 50)))
-    assert progress.bar_columns() == progress.MAX_BAR_COLUMNS
+    assert progress.bar_size() == (progress.MAX_BAR_COLUMNS, 50)
 
 
 def test_keras_fit_draws_its_bar_only_in_bar_mode():
