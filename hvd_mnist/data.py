@@ -19,7 +19,6 @@ from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"
 DATASET_VERSION = "3.0.1"
-IMAGE_SHAPE = (28, 28, 1)
 PREPARE_COMMAND = "make data (or: python -m hvd_mnist.prepare --data_dir={data_dir})"
 
 
@@ -58,6 +57,11 @@ def load_split(data_dir: str, split: str) -> Split:
                         f"prepare them again with: {PREPARE_COMMAND.format(data_dir=data_dir)}"
                         ) from None
     return Split(images, labels.astype(np.int64))
+
+
+def seed_from_words(words) -> int:
+    """A 63-bit seed from a sequence of ints (say (seed, rank, epoch)), the same everywhere."""
+    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0]) >> 1
 
 
 def epoch_permutation(seed: int, epoch: int, num_examples: int, stream: int = -1) -> np.ndarray:

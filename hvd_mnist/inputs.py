@@ -23,13 +23,11 @@ every mode except files, where each rank evaluates its own files.
 
 import dataclasses
 
-import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import data
+from hvd_mnist import data, model as model_lib
 from hvd_mnist.errors import DataError, UserFacingError, short_reason
 
-MODES = ("memory", "stream", "files")
 PREFETCH_BATCHES = 2
 DECODE_THREADS = 2
 
@@ -47,10 +45,9 @@ class MemoryInput:
         self.train_split = data.load_split(data_dir, "train")
         self.test_split = data.load_split(data_dir, "test")
         self.shard, self.dtype = shard, dtype
-
         self.num_test_examples = len(self.test_split)
 
-    def usable_train_examples(self, per_rank_batch_size: int) -> int:
+    def usable_train_examples(self) -> int:
         """How many examples one epoch can draw from (all of them)."""
         return len(self.train_split)
 
@@ -86,10 +83,9 @@ class RecordInput:
         if mode == "files":  # fail now, not in the middle of building the pipeline
             for split in ("train", "test"):
                 self.rank_files_lengths(split, shard)
-
         self.num_test_examples = sum(self._shard_lengths("test"))
 
-    def usable_train_examples(self, per_rank_batch_size: int) -> int:
+    def usable_train_examples(self) -> int:
         """How many examples one epoch can draw from: all of them (stream), or size times
         the fewest any rank's files hold (files), so every rank runs the same steps."""
         if self.mode == "stream":
@@ -132,7 +128,7 @@ class RecordInput:
         whole = self.mode == "stream"
         seed_words = (seed, epoch) if whole else (seed, epoch, self.shard.rank)
         ds = self._records("train", whole=whole)
-        ds = ds.shuffle(self.shuffle_buffer, seed=stream_seed(seed_words),
+        ds = ds.shuffle(self.shuffle_buffer, seed=data.seed_from_words(seed_words),
                         reshuffle_each_iteration=False)
         if whole:
             global_batch_size = per_rank_batch_size * self.shard.size
@@ -152,17 +148,12 @@ class RecordInput:
 
         def decode(png, label):
             image = tf.io.decode_png(png, channels=1)
-            image.set_shape(data.IMAGE_SHAPE)
+            image.set_shape(model_lib.INPUT_SHAPE)
             return image, tf.cast(label, tf.int64)
 
         ds = ds.map(decode, num_parallel_calls=DECODE_THREADS, deterministic=True)
         ds = ds.batch(batch_size).map(lambda images, labels: data.normalize(images, labels, dtype))
         return data.without_autotuning(ds.prefetch(PREFETCH_BATCHES))
-
-
-def stream_seed(words) -> int:
-    """A tf.data seed from a tuple of ints; the same on every rank."""
-    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0]) >> 1
 
 
 def open_input(mode: str, data_dir: str, shard: Shard, shuffle_buffer: int, dtype=tf.float32):

@@ -53,7 +53,7 @@ def start_process(config: config_lib.TrainConfig) -> Job:
                                inputs.Shard(topology.rank, topology.size),
                                config.shuffle_buffer, dtype)
     steps = config_lib.steps_per_epoch(
-        source.usable_train_examples(batching.per_rank_batch_size), batching.global_batch_size,
+        source.usable_train_examples(), batching.global_batch_size,
         config.steps_per_epoch)
     return Job(topology, batching, source, steps, dtype)
 

@@ -4,8 +4,9 @@ Every path (custom loop, Keras fit, benchmarks, tests) builds its model here,
 so they all train exactly the same network.
 """
 
-import numpy as np
 import tensorflow as tf
+
+from hvd_mnist import data
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
@@ -48,7 +49,7 @@ def reseed_dropout(model: tf.keras.Model, seed_words: tuple) -> None:
     dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
     for index, layer in enumerate(dropouts):
         words = [*seed_words, index]
-        seed = int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]) >> 1
+        seed = data.seed_from_words(words)
         rng = layer._random_generator  # Keras keeps no public handle on it
         rng._maybe_init()  # no-op once the layer is built
         rng._generator.reset_from_seed(seed)

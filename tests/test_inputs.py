@@ -24,7 +24,7 @@ def batches_of_every_rank(mode, data_dir, size, ids, *, epoch=1, per_rank=BATCH,
     """[rank][step] -> list of example ids, and the steps every rank was given."""
     sources = [inputs.open_input(mode, data_dir, inputs.Shard(rank, size), buffer)
                for rank in range(size)]
-    steps = sources[0].usable_train_examples(per_rank) // (per_rank * size)
+    steps = sources[0].usable_train_examples() // (per_rank * size)
     per_rank_batches = []
     for source in sources:
         batches = []

@@ -80,7 +80,7 @@ def pipeline_images_per_second(data_dir: str, batch_size: int, size: int,
     """Rank 0's training input for one epoch at `size` ranks, with nothing consuming it."""
     from hvd_mnist import inputs
     source = inputs.open_input(mode, data_dir, inputs.Shard(0, size), shuffle_buffer=60_000)
-    steps = source.usable_train_examples(batch_size) // (batch_size * size)
+    steps = source.usable_train_examples() // (batch_size * size)
     batches = iter(source.train_batches(seed=0, epoch=1, steps=steps,
                                         per_rank_batch_size=batch_size))
     # Start-up excluded: loading the split (memory) or filling the shuffle buffer (stream,
