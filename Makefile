@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist
 TRAIN_FLAGS ?=
+# MPI=1: `make setup` also installs Open MPI (Debian, as root) and builds Horovod with it.
+MPI ?= 0
 # A hang fails fast instead of eating the whole job's time.
 export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
@@ -15,12 +17,15 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
 SETUP_STAMP := $(VENV)/.setup-done
 DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 
-.PHONY: setup data data-sharded train test parity bench clean
+.PHONY: setup data data-sharded train test test-hosts parity bench scaling clean
 
 setup: $(SETUP_STAMP)
+ifeq ($(MPI),1)
+	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+endif
 
 $(SETUP_STAMP): tools/setup.sh setup.cfg
-	PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
 	touch $@
 
 data: $(DATA_STAMP)
@@ -42,6 +47,10 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 
 test: $(SETUP_STAMP)
 	$(BIN)/python -m pytest
+
+# Only the two-host tests on the test bed of network namespaces (part of `make test` too).
+test-hosts: $(SETUP_STAMP)
+	$(BIN)/python -m pytest -v tests/test_hosts.py
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
