@@ -17,7 +17,7 @@ STALL_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
 
 def launch(np_: int, args: list, log_path: str, timeout_seconds: int, env=None):
     """`horovodrun -np N python args...` with its output in log_path; returns (rc, seconds)."""
-    cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+    cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo",
            sys.executable, *args]
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     start = time.perf_counter()
