@@ -62,5 +62,10 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python tools/bench.py --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
 
+# 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
+# reports/scaling.md (needs root for the test bed; ~15 min).
+scaling: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python tools/scaling.py --data_dir=$(DATA_DIR)
+
 clean:
 	rm -rf $(MODEL_DIR)

@@ -48,7 +48,7 @@ def start(config: config_lib.TrainConfig) -> Job:
                                config.shuffle_buffer, dtype)
     steps = config_lib.steps_per_epoch(
         source.usable_train_examples(batching.per_rank_batch_size), batching.global_batch_size,
-        config.steps_per_epoch)
+        config.steps_per_epoch, config.backward_passes_per_step)
     runtime.on_chief(lambda: make_model_dir(config.model_dir))
     return Job(topology, batching, source, steps, dtype, threads)
 

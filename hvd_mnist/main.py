@@ -91,6 +91,11 @@ def define_flags():
     flags.register_multi_flags_validator(
         ["keras_literal", "input"], lambda f: not f["keras_literal"] or f["input"] == "memory",
         message="--keras_literal needs --input=memory")
+    flags.DEFINE_bool("fp16_allreduce", False, "Send gradients as float16 (Horovod's "
+                      "Compression.fp16): half the bytes on the network.")
+    flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
+                         "makes one allreduce and one update (gradient accumulation; an epoch "
+                         "is rounded down to whole updates).", lower_bound=1)
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")
