@@ -48,8 +48,11 @@ def hosts(*args):
 
 
 def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
+    flags = SSH_FLAGS
+    if "," not in host_slots:  # one host: horovodrun wants its loopback interface
+        flags = [("lo" if flag == "eth0" else flag) for flag in SSH_FLAGS]
     cmd = [HOSTS_TOOL, "exec", "hostA", os.path.join(runlib.BIN_DIR, "horovodrun"),
-           "-np", str(np_), "-H", host_slots, *SSH_FLAGS, *command]
+           "-np", str(np_), "-H", host_slots, *flags, *command]
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
