@@ -99,6 +99,14 @@ MaxStartups 100
 MaxSessions 100
 EOF
   in_host "$host" /usr/sbin/sshd -f "$DIR/$host/sshd_config" -E "$DIR/$host/sshd.log"
+  local deadline=$((SECONDS + 30))  # the daemon writes its pid file a moment later
+  until [ -s "$DIR/$host/sshd.pid" ]; do
+    [ $SECONDS -lt $deadline ] || die "sshd on $host did not start (see $DIR/$host/sshd.log)"
+    sleep 0.1
+  done
+  if [ -f "$DIR/$host/cpu" ]; then  # what ssh starts on this host runs on its core
+    taskset -a -p -c "$(cat "$DIR/$host/cpu")" "$(cat "$DIR/$host/sshd.pid")" >/dev/null
+  fi
 }
 
 stop_sshd() {
@@ -140,18 +148,16 @@ up() {
     mkdir -p "/etc/netns/$ns/ssh"
     cp "$hosts_file" "/etc/netns/$ns/hosts"
     cp "$DIR/ssh_config" "/etc/netns/$ns/ssh/ssh_config"
+    mkdir -p "$DIR/$host"
+    [ "$pin" != --pin ] || echo $((i % cores)) >"$DIR/$host/cpu"
     start_sshd "$host"
-    if [ "$pin" = --pin ]; then
-      echo $((i % cores)) >"$DIR/$host/cpu"
-      taskset -a -p -c "$((i % cores))" "$(cat "$DIR/$host/sshd.pid")" >/dev/null
-    fi
   done
   wait_for_sshd
   echo "hosts: up $(tr '\n' ' ' <"$DIR/hosts")(ssh port $SSH_PORT, key $DIR/id_ed25519)"
 }
 
 wait_for_sshd() {  # every host reaches every other host's sshd, or a clear error
-  local from to deadline=$((SECONDS + 30))
+  local from to deadline=$((SECONDS + 60))
   for from in $(hosts_up); do
     for to in $(hosts_up); do
       until in_host "$from" ssh -p "$SSH_PORT" -i "$DIR/id_ed25519" "$to" true 2>/dev/null; do

@@ -43,8 +43,11 @@ TUNING = [("fusion off", [], {"HOROVOD_FUSION_THRESHOLD": "0"}),
 
 
 def hosts(*args):
-    return subprocess.run([HOSTS_TOOL, *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **BED_ENV}).stdout
+    result = subprocess.run([HOSTS_TOOL, *args], capture_output=True, text=True,
+                            env={**os.environ, **BED_ENV})
+    if result.returncode != 0:
+        raise SystemExit(f"scaling: tools/hosts.sh {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
 
 
 def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
