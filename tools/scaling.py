@@ -47,7 +47,7 @@ def hosts(*args):
                             env={**os.environ, **BED_ENV})
     if result.returncode != 0:
         raise SystemExit(f"scaling: tools/hosts.sh {' '.join(args)} failed: {result.stderr}")
-    return result.stdout
+    return result.stdout + result.stderr
 
 
 def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
@@ -113,9 +113,10 @@ def main():
         baseline = train(work, "1 host x 1 worker", "hostA:1", 1, args.steps, [], {}, data_dir)
         print(f"scaling: 1 host x 1 worker: {baseline['images_per_second']:.0f} images/s",
               flush=True)
-        rows, probes = [], {}
+        rows, probes, delay_applied = [], {}, {}
         for link, rate, bits in LINKS:
-            hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
+            shaped = hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
+            delay_applied[link] = bool(rate) and "no delay" not in shaped
             probes[link] = probe(work, link)
             for lever, flags, env in LEVERS + (TUNING if rate else []):
                 result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps, flags,
@@ -130,7 +131,7 @@ def main():
     report = analyse(baseline, rows, probes)
     report.update({"machine": runlib.machine_description(), "date": runlib.now(),
                    "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
-                   "wall_seconds": time.time() - started})
+                   "wall_seconds": time.time() - started, "delay_applied": delay_applied})
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "scaling.json"), "w") as f:
         json.dump(report, f, indent=2)
@@ -177,7 +178,8 @@ def markdown(report):
         f"{report['date']}, {report['machine']}; {report['wall_seconds']:.0f} s in all. Two "
         "hosts are network namespaces of tools/hosts.sh, each pinned to its own core (1 TF "
         "thread per rank), joined by veth to a bridge; links shaped with tc tbf at the rate and "
-        f"netem {report['delay']} delay on every host's egress. Custom loop, "
+        f"netem {report['delay']} delay on every host's egress (delay applied per link: "
+        f"{report['delay_applied']}; without netem in the kernel, rate only). Custom loop, "
         f"{report['batch_per_worker']} images per worker, {report['steps_per_run']} steps per "
         "run; images/s over steps 2..N.", "",
         f"1 host x 1 worker (same kind of 1-core host): {base['images_per_second']:.0f} "
