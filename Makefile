@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist
 TRAIN_FLAGS ?=
+# MPI=1: `make setup` also installs Open MPI (Debian, as root) and builds Horovod with it.
+MPI ?= 0
 # A hang fails fast instead of eating the whole job's time.
 export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
@@ -22,12 +24,15 @@ DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
-.PHONY: setup data data-sharded train test parity bench plot clean
+.PHONY: setup data data-sharded train test test-hosts parity bench plot scaling clean
 
 setup: $(SETUP_STAMP)
+ifeq ($(MPI),1)
+	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+endif
 
 $(SETUP_STAMP): tools/setup.sh setup.cfg
-	PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
 	touch $@
 
 data: $(DATA_STAMP)
@@ -52,7 +57,12 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 	  --progress=$$progress $(TRAIN_FLAGS)
 
 test: $(SETUP_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not hosts"
+
+# The two-host tests on a test bed of network namespaces (tools/hosts.sh; root),
+# about 6 minutes on a quiet machine, 12 under load: too long for `make test`.
+test-hosts: $(SETUP_STAMP)
+	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
@@ -65,6 +75,11 @@ bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 
 plot: $(SETUP_STAMP)
 	$(BIN)/python tools/plot.py --out=$(PLOT) $(PLOT_RUNS)
+
+# 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
+# reports/scaling.md (needs root for the test bed; ~15 min).
+scaling: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python tools/scaling.py --data_dir=$(DATA_DIR)
 
 clean:
 	rm -rf $(MODEL_DIR)

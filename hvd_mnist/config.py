@@ -58,6 +58,8 @@ class TrainConfig:
     example_log: str = ""  # elastic testing aid: every process logs the examples it trains
     progress: str = "auto"  # bar, lines, or auto: bar when stdout is a terminal
     export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
+    fp16_allreduce: bool = False  # gradients cross the network as float16
+    backward_passes_per_step: int = 1  # local batches whose mean gradient makes one update
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -88,13 +90,21 @@ def resolve_batching(config: TrainConfig, size: int) -> Batching:
     return Batching(config.batch_size, config.batch_size * size, base_rate * size)
 
 
-def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0) -> int:
+def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0,
+                    passes_per_update: int = 1) -> int:
     """Whole global batches in one pass over `num_examples`, optionally capped.
 
     Every rank runs exactly this many steps, so no rank waits at the end of an
-    epoch for a collective that another rank will never join.
+    epoch for a collective that another rank will never join. With gradient
+    accumulation an epoch holds whole updates (`passes_per_update` steps each),
+    so no half-accumulated gradient outlives an epoch or its checkpoint.
     """
     full = num_examples // global_batch_size
+    full -= full % passes_per_update
+    if cap % passes_per_update:
+        raise UserFacingError(
+            f"--steps_per_epoch={cap} is not a multiple of --backward_passes_per_step="
+            f"{passes_per_update}; an epoch must end with a whole update")
     if full == 0:
         raise UserFacingError(
             f"the global batch of {global_batch_size} is larger than the {num_examples} "

@@ -134,6 +134,10 @@ def check_supported(config: config_lib.TrainConfig) -> None:
         raise UserFacingError(
             "--elastic needs --lr_schedule=constant: a schedule counts steps, and a resize "
             "changes the number of steps per epoch (--recipe=fast sets warmup_linear)")
+    if config.backward_passes_per_step > 1:
+        raise UserFacingError(
+            "--elastic needs --backward_passes_per_step=1: a commit between the batches of "
+            "one update would leave their accumulated gradients out of the state")
 
 
 @dataclasses.dataclass
@@ -163,7 +167,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     # alone (Horovod's tracker: new workers hang).
     optimizer.build(model.trainable_variables)
     run = _Run(config, job, model, optimizer,
-               train.make_train_step(model, optimizer, model_lib.make_loss()),
+               train.train_step_for(config, model, optimizer),
                train.make_eval_step(model), timing.StepClock(job.batching.global_batch_size),
                ExampleLog(config.example_log) if config.example_log else None, wall_start)
     state = TrainingState(

@@ -8,6 +8,7 @@ and leave the same files behind.
 import dataclasses
 import json
 import os
+import socket
 import time
 
 import horovod.tensorflow as hvd
@@ -26,6 +27,7 @@ class Job:
     source: "inputs.MemoryInput | inputs.RecordInput"  # where batches come from
     steps_per_epoch: int
     dtype: tf.DType  # of the model, its inputs and its optimizer (float64 only in tests)
+    threads_per_rank: int = 0
 
 
 def start(config: config_lib.TrainConfig) -> Job:
@@ -45,8 +47,9 @@ def start_process(config: config_lib.TrainConfig) -> Job:
     runtime.configure_determinism(config.deterministic)
     topology = runtime.init_horovod()
     runtime.configure_gpus(topology.local_rank)
-    runtime.configure_threads(runtime.threads_per_rank(
-        config.threads_per_rank, topology.local_size, runtime.available_cpus()))
+    threads = runtime.threads_per_rank(config.threads_per_rank, topology.local_size,
+                                       runtime.available_cpus())
+    runtime.configure_threads(threads)
     batching = config_lib.resolve_batching(config, topology.size)
     dtype = tf.float64 if config.float64 else tf.float32
     source = inputs.open_input(config.input, config.data_dir,
@@ -54,8 +57,8 @@ def start_process(config: config_lib.TrainConfig) -> Job:
                                config.shuffle_buffer, dtype)
     steps = config_lib.steps_per_epoch(
         source.usable_train_examples(), batching.global_batch_size,
-        config.steps_per_epoch)
-    return Job(topology, batching, source, steps, dtype)
+        config.steps_per_epoch, config.backward_passes_per_step)
+    return Job(topology, batching, source, steps, dtype, threads)
 
 
 def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
@@ -139,6 +142,10 @@ def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float,
               clock: timing.StepClock, **extra) -> dict:
     """The run's summary from its per-epoch records (see format_epoch); every rank calls it."""
     peak_rss_mib_per_rank = hvd.allgather_object(timing.peak_rss_mib(), name="peak_rss")
+    # Where each rank ran and what it took from its host: on several hosts this
+    # shows that local_rank/local_size (and so the thread count) were per host.
+    ranks = hvd.allgather_object({**dataclasses.asdict(job.topology), "host": socket.gethostname(),
+                                  "threads_per_rank": job.threads_per_rank}, name="ranks")
     train_seconds = sum(r["train_seconds"] for r in history)
     steps = len(history) * job.steps_per_epoch
     final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
@@ -154,6 +161,7 @@ def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float,
         "images_per_second": (steps * job.batching.global_batch_size / train_seconds
                               if train_seconds else 0.0),
         "peak_rss_mib_per_rank": peak_rss_mib_per_rank,
+        "ranks": ranks,
         "timing": {**clock.to_dict(), "summary_unix_time": time.time()},
         **extra,
         **final,

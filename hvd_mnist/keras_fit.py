@@ -20,8 +20,8 @@ import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import (config as config_lib, data, job as job_lib, model as model_lib, outputs,
-                       progress, runtime, timing)
+from hvd_mnist import (communication, config as config_lib, data, job as job_lib,
+                       model as model_lib, outputs, progress, runtime, timing)
 
 
 class EpochBookkeeping(tf.keras.callbacks.Callback):
@@ -131,7 +131,8 @@ def validation_batches(config: config_lib.TrainConfig, job: job_lib.Job):
 def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job:
     """Every worker steps through the whole training set each epoch."""
     steps = config_lib.steps_per_epoch(len(job.source.train_split),
-                                       job.batching.per_rank_batch_size, config.steps_per_epoch)
+                                       job.batching.per_rank_batch_size, config.steps_per_epoch,
+                                       config.backward_passes_per_step)
     return dataclasses.replace(job, steps_per_epoch=steps)
 
 
@@ -145,8 +146,10 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
 
     tf.keras.utils.set_random_seed(config.seed)
     model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
-    optimizer = hvd_keras.DistributedOptimizer(job_lib.scheduled_optimizer(config, job),
-                                               backward_passes_per_step=1)
+    optimizer = hvd_keras.DistributedOptimizer(
+        job_lib.scheduled_optimizer(config, job), compression=communication.compression(config),
+        backward_passes_per_step=config.backward_passes_per_step,
+        average_aggregated_gradients=True)  # the mean of K batches, as in the custom loop
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"])
 
     batch = job.batching.per_rank_batch_size

@@ -112,6 +112,11 @@ def define_flags():
                       "its own terminal).")
     flags.DEFINE_bool("export", True, "At the end, rank 0 writes the model as a SavedModel "
                       "to model_dir/export (for python -m hvd_mnist.predict).")
+    flags.DEFINE_bool("fp16_allreduce", False, "Send gradients as float16 (Horovod's "
+                      "Compression.fp16): half the bytes on the network.")
+    flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
+                         "makes one allreduce and one update (gradient accumulation; an epoch "
+                         "is rounded down to whole updates).", lower_bound=1)
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")

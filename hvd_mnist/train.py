@@ -13,8 +13,8 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import (checkpoint, config as config_lib, job as job_lib, model as model_lib,
-                       progress, run_identity, runtime, timing)
+from hvd_mnist import (checkpoint, communication, config as config_lib, job as job_lib,
+                       model as model_lib, progress, run_identity, runtime, timing)
 from hvd_mnist.errors import UserFacingError
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
@@ -25,7 +25,7 @@ def image_spec(model) -> tf.TensorSpec:
     return tf.TensorSpec([None, *model_lib.INPUT_SHAPE], model.inputs[0].dtype)
 
 
-def make_train_step(model, optimizer, loss_fn):
+def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none):
     """One step: local gradients, averaged over ranks by Horovod, then applied.
 
     Returns the loss averaged over ranks, so every rank sees the same value and
@@ -37,12 +37,23 @@ def make_train_step(model, optimizer, loss_fn):
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
             loss = loss_fn(labels, probabilities)
-        tape = hvd.DistributedGradientTape(tape)
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
 
     return train_step
+
+
+def train_step_for(config: config_lib.TrainConfig, model, optimizer):
+    """The run's step: plain, or accumulating `--backward_passes_per_step` batches per update;
+    gradients sent as float16 with `--fp16_allreduce` (communication.py)."""
+    compression = communication.compression(config)
+    if config.backward_passes_per_step > 1:
+        return communication.make_accumulating_train_step(
+            model, optimizer, model_lib.make_loss(), config.backward_passes_per_step,
+            compression, [image_spec(model), LABEL_SPEC])
+    return make_train_step(model, optimizer, model_lib.make_loss(), compression)
 
 
 def make_eval_step(model):
@@ -170,7 +181,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         if restored.changes:
             runtime.log(restored.changes)
 
-    train_step = make_train_step(model, optimizer, model_lib.make_loss())
+    train_step = train_step_for(config, model, optimizer)
     eval_step = make_eval_step(model)
     eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
     runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "

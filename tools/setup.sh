@@ -6,6 +6,7 @@
 #
 #   tools/setup.sh              CPU host: tensorflow-cpu
 #   TF_FLAVOR=gpu tools/setup.sh  GPU host: tensorflow[and-cuda]
+#   MPI=1 tools/setup.sh          also Open MPI (Debian packages, as root), Horovod built with it
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +45,34 @@ if ! command -v "$PYTHON" >/dev/null; then
   exit 1
 fi
 
+# System packages, only when missing and only as root (else the tests that
+# need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
+# iproute2 and openssh-server; MPI=1 adds Open MPI, so Horovod is built with it.
+apt_packages=()
+command -v ip >/dev/null || apt_packages+=(iproute2)
+[ -x /usr/sbin/sshd ] || apt_packages+=(openssh-server)
+if [ "${MPI:-0}" = 1 ] && ! command -v mpirun >/dev/null; then
+  apt_packages+=(openmpi-bin libopenmpi-dev)
+fi
+install_apt_packages() {
+  # The test bed starts its own sshd inside namespaces; the package's own
+  # service must not start listening in the root namespace.
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' >$policy; chmod +x $policy; made_policy=1; fi
+  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+  local rc=$?
+  [ $made_policy = 0 ] || rm -f $policy
+  return $rc
+}
+if [ ${#apt_packages[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    mkdir -p "$LOG_DIR"
+    step "apt-get ${apt_packages[*]}" install_apt_packages "${apt_packages[@]}"
+  else
+    echo "setup: not installing ${apt_packages[*]} (needs root and apt-get); the tests that need them will skip"
+  fi
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
@@ -73,7 +102,9 @@ if [ "$(installed_version $tf_dist)" != "$TF_VERSION" ] \
   touch "$VENV/.deps-installed"
 fi
 
-if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ]; then
+has_mpi_build() { "$VENV/bin/horovodrun" --check-build 2>/dev/null | grep -q '\[X\] MPI'; }
+if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
+   || { [ "${MPI:-0}" = 1 ] && ! has_mpi_build; }; then
   # Gloo always; MPI only where OpenMPI is installed; no PyTorch or MXNet.
   export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
   export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
@@ -85,8 +116,10 @@ if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ]; then
   if [ "$TF_FLAVOR" = gpu ]; then
     export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
   fi
+  rebuild=()  # the right version, built without MPI: build it again, now with MPI
+  [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] || rebuild=(--force-reinstall --no-deps)
   step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
-    "horovod==$HOROVOD_VERSION"
+    "${rebuild[@]}" "horovod==$HOROVOD_VERSION"
 fi
 
 check_build() {

@@ -1,0 +1,52 @@
+"""What a step sends over the network, and how often: the two levers for slow links.
+
+`compression`: gradients sent as float16 (`--fp16_allreduce`), half the bytes.
+`make_accumulating_train_step`: `--backward_passes_per_step=K`, the mean of K
+local batches' gradients, one allreduce and one update every K batches, as
+Horovod's DistributedOptimizer(backward_passes_per_step=K,
+average_aggregated_gradients=True) does on the Keras path.
+"""
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_mnist import config as config_lib
+
+
+def compression(config: config_lib.TrainConfig):
+    return hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+
+
+def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compression_,
+                                 input_signature):
+    """K local batches per update: the update is that of one batch K times as large.
+
+    The optimizer's step counter still advances every batch (as Horovod's Keras
+    aggregation does), so learning-rate schedules count batches on both paths.
+    """
+    variables = model.trainable_variables
+    accumulated = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+    batches_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def allreduce_and_apply():
+        gradients = hvd.grouped_allreduce([a.read_value() for a in accumulated], op=hvd.Average,
+                                          compression=compression_)
+        optimizer.apply_gradients(zip(gradients, variables))
+        for a in accumulated:
+            a.assign(tf.zeros_like(a))
+
+    @tf.function(input_signature=input_signature)
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            probabilities = model(images, training=True)
+            loss = loss_fn(labels, probabilities)
+        for a, gradient in zip(accumulated, tape.gradient(loss, variables)):
+            a.assign_add(gradient / passes)
+        batches_seen.assign_add(1)
+        if batches_seen % passes == 0:
+            allreduce_and_apply()
+        else:
+            optimizer.iterations.assign_add(1)
+        return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
+
+    return train_step

@@ -1,0 +1,215 @@
+"""make scaling: 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links.
+
+Runs on the test bed of tools/hosts.sh with each host pinned to its own core
+(a 1-core host, so both hosts together use the machine's 2 cores), the custom
+loop at the seed recipe's 128 images per worker, each lever on each link, and
+1 host x 1 worker on the same kind of core as the reference. Writes
+reports/scaling.json and reports/scaling.md.
+
+Images/s and step time come from each run's summary: steps 2..N (step 1 traces
+the function). The time in allreduce comes from tools/allreduce_probe.py run on
+the same two hosts and link: the gradients' grouped allreduce alone, after a
+barrier. Model: step = compute + 2(n-1)/n * gradient bytes / link rate + the
+allreduce's fixed cost on an unlimited link, divided over K batches when
+accumulating; measured overlap = compute + allreduce/K - measured step.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import runlib  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOSTS_TOOL = os.path.join(ROOT, "tools", "hosts.sh")
+BED_ENV = {"HOSTS_PREFIX": "hvdscale", "HOSTS_DIR": "/run/hvdscale-hosts"}
+SSH_FLAGS = ["--gloo", "--ssh-port", "2222", "--ssh-identity-file",
+             "/run/hvdscale-hosts/id_ed25519", "--network-interface", "eth0", "--disable-cache"]
+BATCH, DELAY = 128, "0.2ms"
+# (name, tc rate, bits per second)
+LINKS = [("unlimited", None, None), ("1 Gbit/s", "1gbit", 1e9), ("100 Mbit/s", "100mbit", 1e8)]
+K = 4
+LEVERS = [("none", [], {}), ("fp16", ["--fp16_allreduce"], {}),
+          (f"K={K}", [f"--backward_passes_per_step={K}"], {}),
+          (f"fp16+K={K}", ["--fp16_allreduce", f"--backward_passes_per_step={K}"], {})]
+# Horovod's fusion buffer and cycle time, on the shaped links only.
+TUNING = [("fusion off", [], {"HOROVOD_FUSION_THRESHOLD": "0"}),
+          ("cycle 10 ms", [], {"HOROVOD_CYCLE_TIME": "10"})]
+
+
+def hosts(*args):
+    result = subprocess.run([HOSTS_TOOL, *args], capture_output=True, text=True,
+                            env={**os.environ, **BED_ENV})
+    if result.returncode != 0:
+        raise SystemExit(f"scaling: tools/hosts.sh {' '.join(args)} failed: {result.stderr}")
+    return result.stdout + result.stderr
+
+
+def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
+    flags = SSH_FLAGS
+    if "," not in host_slots:  # one host: horovodrun wants its loopback interface
+        flags = [("lo" if flag == "eth0" else flag) for flag in SSH_FLAGS]
+    cmd = [HOSTS_TOOL, "exec", "hostA", os.path.join(runlib.BIN_DIR, "horovodrun"),
+           "-np", str(np_), "-H", host_slots, *flags, *command]
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+                            env={**os.environ, **runlib.STALL_ENV, **BED_ENV, **(env or {})}
+                            ).returncode
+    if rc != 0:
+        raise SystemExit(f"scaling: run failed (exit {rc}), see {log_path}")
+
+
+def train(work, name, host_slots, np_, steps, flags, env, data_dir):
+    model_dir = os.path.join(work, name.replace(" ", "_").replace("/", ""))
+    on_hosts(host_slots, np_, [sys.executable, "-m", "hvd_mnist.main", f"--data_dir={data_dir}",
+                               f"--model_dir={model_dir}", "--epochs=1",
+                               f"--steps_per_epoch={steps}", "--log_every=0",
+                               f"--batch_size={BATCH}", *flags],
+             model_dir + ".log", env)
+    summary = runlib.read_summary(model_dir)
+    timing = summary["timing"]
+    step_seconds = (timing["last_step_unix_time"] - timing["first_step_unix_time"]) / (steps - 1)
+    return {"step_seconds": step_seconds,
+            "images_per_second": summary["global_batch_size"] / step_seconds,
+            "threads_per_rank": [r["threads_per_rank"] for r in summary["ranks"]],
+            "hosts": [r["host"] for r in summary["ranks"]]}
+
+
+def probe(work, name):
+    log_path = os.path.join(work, f"probe_{name}.log".replace(" ", "_").replace("/", ""))
+    on_hosts("hostA:1,hostB:1", 2, [sys.executable, os.path.join(ROOT, "tools",
+                                                                  "allreduce_probe.py")],
+             log_path)
+    with open(log_path) as f:
+        line = next(line for line in f if "PROBE " in line)
+    return json.loads(line.split("PROBE ", 1)[1])
+
+
+def model_step(compute, fixed_seconds, gradient_bytes, bits_per_second, passes):
+    """compute + (2(n-1)/n * bytes / rate + fixed cost) / K, n = 2 hosts."""
+    wire = 0.0 if bits_per_second is None else 2 * (2 - 1) / 2 * gradient_bytes * 8 / bits_per_second
+    return compute + (wire + fixed_seconds) / passes
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data_dir", default="data/tfds")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--out", default=os.path.join(ROOT, "reports"))
+    args = parser.parse_args()
+    data_dir = os.path.abspath(args.data_dir)
+    started = time.time()
+    work = tempfile.mkdtemp(prefix="scaling-")
+    print(f"scaling: logs in {work}", flush=True)
+    hosts("up", "2", "--pin")
+    try:
+        baseline = train(work, "1 host x 1 worker", "hostA:1", 1, args.steps, [], {}, data_dir)
+        print(f"scaling: 1 host x 1 worker: {baseline['images_per_second']:.0f} images/s",
+              flush=True)
+        rows, probes, delay_applied = [], {}, {}
+        for link, rate, bits in LINKS:
+            shaped = hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
+            delay_applied[link] = bool(rate) and "no delay" not in shaped
+            probes[link] = probe(work, link)
+            for lever, flags, env in LEVERS + (TUNING if rate else []):
+                result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps, flags,
+                               env, data_dir)
+                rows.append({"link": link, "link_bits_per_second": bits, "lever": lever,
+                             "flags": flags, "env": env, **result})
+                print(f"scaling: {link:>10} {lever:<12} {result['images_per_second']:6.0f} "
+                      f"images/s, step {1000 * result['step_seconds']:.0f} ms", flush=True)
+        hosts("shape", "off")
+    finally:
+        hosts("down")
+    report = analyse(baseline, rows, probes)
+    report.update({"machine": runlib.machine_description(), "date": runlib.now(),
+                   "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
+                   "wall_seconds": time.time() - started, "delay_applied": delay_applied})
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "scaling.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(args.out, "scaling.md"), "w") as f:
+        f.write(markdown(report))
+    print(f"scaling: wrote {args.out}/scaling.md ({report['wall_seconds']:.0f} s)")
+
+
+def analyse(baseline, rows, probes):
+    fixed = {"fp32": probes["unlimited"]["allreduce_fp32_seconds"],
+             "fp16": probes["unlimited"]["allreduce_fp16_seconds"]}
+    for row in rows:
+        probe_ = probes[row["link"]]
+        compute = probe_["compute_seconds"]
+        precision = "fp16" if "--fp16_allreduce" in row["flags"] else "fp32"
+        passes = K if any(f.startswith("--backward") for f in row["flags"]) else 1
+        gradient_bytes = probe_["gradient_bytes"] / (2 if precision == "fp16" else 1)
+        allreduce = probe_[f"allreduce_{precision}_seconds"]
+        row["efficiency"] = row["images_per_second"] / (2 * baseline["images_per_second"])
+        row["allreduce_seconds"] = allreduce
+        row["model_step_seconds"] = model_step(compute, fixed[precision], gradient_bytes,
+                                               row["link_bits_per_second"], passes)
+        row["model_error"] = row["model_step_seconds"] / row["step_seconds"] - 1
+        row["overlap_seconds"] = compute + allreduce / passes - row["step_seconds"]
+    by = {(r["link"], r["lever"]): r for r in rows}
+    levers = [name for name, _, _ in LEVERS]
+    slow = max(by[("100 Mbit/s", lever)]["images_per_second"] for lever in levers)
+    gbit = max(by[("1 Gbit/s", lever)]["images_per_second"] for lever in levers)
+    unlimited = by[("unlimited", "none")]["images_per_second"]
+    targets = {
+        "100mbit_best_lever_vs_none": slow / by[("100 Mbit/s", "none")]["images_per_second"],
+        "1gbit_best_lever_vs_unlimited": gbit / unlimited,
+        "model_worst_error": max(abs(r["model_error"]) for r in rows),
+    }
+    return {"baseline_1_host_1_worker": baseline, "probes": probes, "rows": rows,
+            "targets": targets}
+
+
+def markdown(report):
+    base = report["baseline_1_host_1_worker"]
+    t = report["targets"]
+    lines = [
+        "# Scaling over a slow network (make scaling)", "",
+        f"{report['date']}, {report['machine']}; {report['wall_seconds']:.0f} s in all. Two "
+        "hosts are network namespaces of tools/hosts.sh, each pinned to its own core (1 TF "
+        "thread per rank), joined by veth to a bridge; links shaped with tc tbf at the rate and "
+        f"netem {report['delay']} delay on every host's egress (delay applied per link: "
+        f"{report['delay_applied']}; without netem in the kernel, rate only). Custom loop, "
+        f"{report['batch_per_worker']} images per worker, {report['steps_per_run']} steps per "
+        "run; images/s over steps 2..N.", "",
+        f"1 host x 1 worker (same kind of 1-core host): {base['images_per_second']:.0f} "
+        f"images/s, step {1000 * base['step_seconds']:.0f} ms. Efficiency = 2-host images/s / "
+        "(2 x that).", "",
+        "| link | lever | images/s | step ms | efficiency | allreduce ms (probe) | model step ms "
+        "| model error | overlap ms |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['link']} | {r['lever']} | {r['images_per_second']:.0f} | "
+            f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% | "
+            f"{1000 * r['allreduce_seconds']:.1f} | {1000 * r['model_step_seconds']:.0f} | "
+            f"{100 * r['model_error']:+.0f}% | {1000 * r['overlap_seconds']:.0f} |")
+    lines += ["", "Probe per link (tools/allreduce_probe.py: medians of 15, after a barrier):", "",
+              "| link | compute ms | allreduce fp32 ms | allreduce fp16 ms | gradient bytes |",
+              "|---|---|---|---|---|"]
+    for link, p in report["probes"].items():
+        lines.append(f"| {link} | {1000 * p['compute_seconds']:.1f} | "
+                     f"{1000 * p['allreduce_fp32_seconds']:.1f} | "
+                     f"{1000 * p['allreduce_fp16_seconds']:.1f} | {p['gradient_bytes']} |")
+    lines += ["", "Targets:", "",
+              f"- 100 Mbit/s, best lever vs none: {t['100mbit_best_lever_vs_none']:.2f}x "
+              "(target >= 1.8x)",
+              f"- 1 Gbit/s, best lever vs unlimited link: "
+              f"{100 * t['1gbit_best_lever_vs_unlimited']:.0f}% (target >= 90%)",
+              f"- model, worst error over all rows: {100 * t['model_worst_error']:.0f}% "
+              "(target <= 25%)", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
