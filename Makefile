@@ -24,7 +24,7 @@ DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
-.PHONY: setup data data-sharded train test test-hosts parity bench plot scaling clean
+.PHONY: setup data data-sharded train test test-long test-hosts parity bench plot scaling clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -57,7 +57,12 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 	  --progress=$$progress $(TRAIN_FLAGS)
 
 test: $(SETUP_STAMP)
-	$(BIN)/python -m pytest -m "not hosts"
+	$(BIN)/python -m pytest -m "not hosts and not long"
+
+# The elastic jobs and the float64 and streamed-input parity runs: a quarter of an
+# hour of horovodrun jobs more than fits in `make test` (.ci/run runs them too).
+test-long: $(SETUP_STAMP)
+	$(BIN)/python -m pytest -m long
 
 # The two-host tests on a test bed of network namespaces (tools/hosts.sh; root),
 # about 6 minutes on a quiet machine, 12 under load: too long for `make test`.

@@ -109,6 +109,7 @@ def stream_reference_weights(tiny_data_dir, tmp_path_factory):
 STREAM_MAX_FRACTION_OFF = 0.05
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode,np_", [("custom", 2), ("custom", 4), ("keras", 2)])
 def test_streamed_input_does_not_depend_on_workers_or_path(
         tiny_data_dir, tmp_path, stream_reference_weights, record_property, mode, np_):
@@ -133,6 +134,7 @@ def float64_reference_weights(tiny_data_dir, tmp_path_factory):
     return weights
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode,np_", [
     ("custom", 2), ("custom", 4), ("keras", 1), ("keras", 2), ("keras", 4)])
 def test_in_float64_every_weight_agrees_at_any_workers_and_path(
@@ -151,6 +153,7 @@ def float64_stream_reference_weights(tiny_data_dir, tmp_path_factory):
                          *TWENTY_STEPS)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode,np_", [("custom", 2), ("custom", 4), ("keras", 2)])
 def test_in_float64_streamed_input_agrees_at_any_workers_and_path(
         tiny_data_dir, tmp_path, float64_stream_reference_weights, record_property, mode, np_):
@@ -162,6 +165,7 @@ def test_in_float64_streamed_input_agrees_at_any_workers_and_path(
     assert difference <= FLOAT64_TOLERANCE
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("bug", ["sum_gradients", "no_sharding"])
 def test_in_float64_the_planted_bugs_miss_by_orders_of_magnitude(
         tiny_data_dir, tmp_path, float64_reference_weights, record_property, bug):
