@@ -3,11 +3,16 @@
 NP ?= 4
 PYTHON ?= python3.11
 TF_FLAVOR ?= cpu
-VENV := .venv
+# TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default lives
+# in .venv; TF=2.18 (or 2.16, 2.17) builds and uses .venv-tf2.18 (BUILD_NOTES.md).
+TF ?= 2.15
+VENV := $(if $(filter 2.15,$(TF)),.venv,.venv-tf$(TF))
 BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist
 TRAIN_FLAGS ?=
+# Test files or pytest flags for `make test` (default: the whole suite).
+TESTS ?=
 # A hang fails fast instead of eating the whole job's time.
 export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
@@ -19,8 +24,8 @@ DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
 
 setup: $(SETUP_STAMP)
 
-$(SETUP_STAMP): tools/setup.sh setup.cfg
-	PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+$(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
+	PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
 data: $(DATA_STAMP)
@@ -41,7 +46,7 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 	  $(BIN)/python -m hvd_mnist.main --data_dir=$(DATA_DIR) --model_dir=$(MODEL_DIR) $(TRAIN_FLAGS)
 
 test: $(SETUP_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(TESTS)
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
