@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging  # noqa: E402
 
-from hvd_mnist import config as config_lib  # noqa: E402
+from hvd_mnist import config as config_lib, legacy_keras  # noqa: E402
 from hvd_mnist.errors import UserFacingError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -113,6 +113,7 @@ def main(argv):
     config = config_from_flags(FLAGS)
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     try:
+        legacy_keras.require_keras2()  # Keras 3 would train without averaging
         from hvd_mnist import data, keras_fit, train
         data.check_prepared(config.data_dir)  # before Horovod does any work
         trainer = train if config.mode == "custom" else keras_fit
