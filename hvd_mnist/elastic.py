@@ -242,9 +242,11 @@ def _train(state: TrainingState, run: _Run) -> dict:
                 f"epoch: {batching.per_rank_batch_size} per worker, {config.optimizer} "
                 f"learning rate {batching.learning_rate:g}")
     if run.example_log:
+        # The host too: the driver's first rank order is not the hosts file's (it orders
+        # hosts as a Python set does), so a test removing a worker's host must look it up.
         run.example_log.write(start=state.starts, rank=topology.rank, size=topology.size,
-                              epoch=state.epoch, position=state.position,
-                              weights=weights_digest(state.variables))
+                              host=os.environ.get("HOROVOD_HOSTNAME"), epoch=state.epoch,
+                              position=state.position, weights=weights_digest(state.variables))
     eval_batches = data.batches_from_indices(
         test_split, data.eval_indices(len(test_split), topology.rank, topology.size),
         batching.per_rank_batch_size, job.dtype)

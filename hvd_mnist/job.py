@@ -141,11 +141,13 @@ def export_weights(directory: str, model, rank: int) -> None:
 def summarize(job: Job, history: list, first_epoch: int, wall_seconds: float,
               clock: timing.StepClock, **extra) -> dict:
     """The run's summary from its per-epoch records (see format_epoch); every rank calls it."""
-    peak_rss_mib_per_rank = hvd.allgather_object(timing.peak_rss_mib(), name="peak_rss")
-    # Where each rank ran and what it took from its host: on several hosts this
-    # shows that local_rank/local_size (and so the thread count) were per host.
-    ranks = hvd.allgather_object({**dataclasses.asdict(job.topology), "host": socket.gethostname(),
-                                  "threads_per_rank": job.threads_per_rank}, name="ranks")
+    # One collective for each rank's memory and where it ran: on several hosts the
+    # latter shows that local_rank/local_size (and so the thread count) were per host.
+    gathered = hvd.allgather_object(
+        ({**dataclasses.asdict(job.topology), "host": socket.gethostname(),
+          "threads_per_rank": job.threads_per_rank}, timing.peak_rss_mib()), name="ranks")
+    ranks = [rank for rank, _ in gathered]
+    peak_rss_mib_per_rank = [peak_rss_mib for _, peak_rss_mib in gathered]
     train_seconds = sum(r["train_seconds"] for r in history)
     steps = len(history) * job.steps_per_epoch
     final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
