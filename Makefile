@@ -4,7 +4,7 @@ NP ?= 4
 PYTHON ?= python3.11
 TF_FLAVOR ?= cpu
 # TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default lives
-# in .venv; TF=2.18 (or 2.16, 2.17) builds and uses .venv-tf2.18 (BUILD_NOTES.md).
+# in .venv; TF=2.18 (or 2.16, 2.17, 2.19) builds and uses .venv-tf2.18 (BUILD_NOTES.md).
 TF ?= 2.15
 VENV := $(if $(filter 2.15,$(TF)),.venv,.venv-tf$(TF))
 BIN := $(VENV)/bin

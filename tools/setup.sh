@@ -5,7 +5,7 @@
 # a second run takes seconds. Why this order: BUILD_NOTES.md.
 #
 #   tools/setup.sh                          CPU host, TF 2.15 in .venv
-#   TF=2.18 VENV=.venv-tf2.18 tools/setup.sh  TF 2.18 + tf-keras (also 2.16, 2.17)
+#   TF=2.18 VENV=.venv-tf2.18 tools/setup.sh  TF 2.18 + tf-keras (also 2.16, 2.17, 2.19)
 #   TF_FLAVOR=gpu tools/setup.sh            GPU host: tensorflow[and-cuda]
 #   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it
 #
@@ -132,10 +132,27 @@ fi
 # Horovod's extension is compiled against one TensorFlow's headers and ABI:
 # rebuilt when the venv's TensorFlow is not the one it was built against, and
 # with MPI=1 when it was built without MPI.
+# Patches to Horovod's sdist that a TensorFlow version needs, named in its pins file
+# by "# horovod-patch: NAME" lines (tools/horovod-patches/NAME; why: BUILD_NOTES.md).
+horovod_patches=()
+while read -r name; do horovod_patches+=("$name"); done < <(sed -n 's/^# horovod-patch: //p' "$PINS")
+horovod_build="$tf_dist $TF_VERSION${horovod_patches[*]:+ patched: ${horovod_patches[*]}}"
+build_patched_horovod() {
+  local src
+  src=$(mktemp -d)
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" &&
+    tar -xzf "$src/horovod-$HOROVOD_VERSION.tar.gz" -C "$src" || return 1
+  for name in "${horovod_patches[@]}"; do
+    echo "applying $name"
+    patch -d "$src/horovod-$HOROVOD_VERSION" -p1 <"$ROOT/tools/horovod-patches/$name" || return 1
+  done
+  "${PIP[@]}" install --no-build-isolation --no-cache-dir "$src/horovod-$HOROVOD_VERSION" &&
+    rm -rf "$src"
+}
 has_mpi_build() { "$VENV/bin/horovodrun" --check-build 2>/dev/null | grep -q '\[X\] MPI'; }
 BUILT_AGAINST=$VENV/.horovod-built-against
 if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
-   || [ "$(cat "$BUILT_AGAINST" 2>/dev/null)" != "$tf_dist $TF_VERSION" ] \
+   || [ "$(cat "$BUILT_AGAINST" 2>/dev/null)" != "$horovod_build" ] \
    || { [ "${MPI:-0}" = 1 ] && ! has_mpi_build; }; then
   # Gloo always; MPI only where OpenMPI is installed; no PyTorch or MXNet.
   export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
@@ -151,9 +168,13 @@ if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
   if [ -n "$(installed_version horovod)" ]; then
     step "uninstall the old horovod" "${PIP[@]}" uninstall -y horovod
   fi
-  step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
-    "horovod==$HOROVOD_VERSION"
-  echo "$tf_dist $TF_VERSION" >"$BUILT_AGAINST"
+  if [ ${#horovod_patches[@]} -eq 0 ]; then
+    step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
+      "horovod==$HOROVOD_VERSION"
+  else
+    step "build patched horovod" build_patched_horovod
+  fi
+  echo "$horovod_build" >"$BUILT_AGAINST"
 fi
 
 check_build() {
