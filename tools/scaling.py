@@ -161,13 +161,27 @@ def analyse(baseline, rows, probes):
     slow = max(by[("100 Mbit/s", lever)]["images_per_second"] for lever in levers)
     gbit = max(by[("1 Gbit/s", lever)]["images_per_second"] for lever in levers)
     unlimited = by[("unlimited", "none")]["images_per_second"]
+    unlimited_best = max(by[("unlimited", lever)]["images_per_second"] for lever in levers)
     targets = {
         "100mbit_best_lever_vs_none": slow / by[("100 Mbit/s", "none")]["images_per_second"],
         "1gbit_best_lever_vs_unlimited": gbit / unlimited,
+        # The stricter reading: against the best any lever reaches on the unlimited link.
+        "1gbit_best_lever_vs_unlimited_best": gbit / unlimited_best,
         "model_worst_error": max(abs(r["model_error"]) for r in rows),
     }
     return {"baseline_1_host_1_worker": baseline, "probes": probes, "rows": rows,
             "targets": targets}
+
+
+def delay_sentence(report):
+    shaped = {link: applied for link, applied in report["delay_applied"].items()
+              if link != "unlimited"}
+    if all(shaped.values()):
+        return f"and netem adds {report['delay']} of delay."
+    if not any(shaped.values()):
+        return (f"and no delay: the {report['delay']} asked for needs netem, which this "
+                "kernel does not have (tools/hosts.sh shape says so).")
+    return f"and netem's {report['delay']} of delay where it could be applied: {shaped}."
 
 
 def markdown(report):
@@ -177,9 +191,8 @@ def markdown(report):
         "# Scaling over a slow network (make scaling)", "",
         f"{report['date']}, {report['machine']}; {report['wall_seconds']:.0f} s in all. Two "
         "hosts are network namespaces of tools/hosts.sh, each pinned to its own core (1 TF "
-        "thread per rank), joined by veth to a bridge; links shaped with tc tbf at the rate and "
-        f"netem {report['delay']} delay on every host's egress (delay applied per link: "
-        f"{report['delay_applied']}; without netem in the kernel, rate only). Custom loop, "
+        "thread per rank), joined by veth to a bridge; links shaped on every host's egress with "
+        f"tc tbf at the rate, {delay_sentence(report)} Custom loop, "
         f"{report['batch_per_worker']} images per worker, {report['steps_per_run']} steps per "
         "run; images/s over steps 2..N.", "",
         f"1 host x 1 worker (same kind of 1-core host): {base['images_per_second']:.0f} "
@@ -205,7 +218,9 @@ def markdown(report):
               f"- 100 Mbit/s, best lever vs none: {t['100mbit_best_lever_vs_none']:.2f}x "
               "(target >= 1.8x)",
               f"- 1 Gbit/s, best lever vs unlimited link: "
-              f"{100 * t['1gbit_best_lever_vs_unlimited']:.0f}% (target >= 90%)",
+              f"{100 * t['1gbit_best_lever_vs_unlimited']:.0f}% of no lever there, "
+              f"{100 * t['1gbit_best_lever_vs_unlimited_best']:.0f}% of its best lever "
+              "(target >= 90%)",
               f"- model, worst error over all rows: {100 * t['model_worst_error']:.0f}% "
               "(target <= 25%)", ""]
     return "\n".join(lines)
