@@ -3,13 +3,18 @@
 NP ?= 4
 PYTHON ?= python3.11
 TF_FLAVOR ?= cpu
-VENV := .venv
+# TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default lives
+# in .venv; TF=2.18 (or 2.16, 2.17, 2.19) builds and uses .venv-tf2.18 (BUILD_NOTES.md).
+TF ?= 2.15
+VENV := $(if $(filter 2.15,$(TF)),.venv,.venv-tf$(TF))
 BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist
 TRAIN_FLAGS ?=
 # MPI=1: `make setup` also installs Open MPI (Debian, as root) and builds Horovod with it.
 MPI ?= 0
+# Test files or pytest flags for `make test` (default: the whole suite).
+TESTS ?=
 # A hang fails fast instead of eating the whole job's time.
 export HOROVOD_STALL_CHECK_TIME_SECONDS ?= 60
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
@@ -28,11 +33,11 @@ PLOT ?= $(MODEL_DIR)/plot.png
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
-	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 endif
 
-$(SETUP_STAMP): tools/setup.sh setup.cfg
-	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) tools/setup.sh
+$(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
+	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
 data: $(DATA_STAMP)
@@ -57,7 +62,7 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 	  --progress=$$progress $(TRAIN_FLAGS)
 
 test: $(SETUP_STAMP)
-	$(BIN)/python -m pytest -m "not hosts and not long"
+	$(BIN)/python -m pytest -m "not hosts and not long" $(TESTS)
 
 # The elastic jobs and the float64 and streamed-input parity runs: a quarter of an
 # hour of horovodrun jobs more than fits in `make test` (.ci/run runs them too).

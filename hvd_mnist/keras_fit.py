@@ -74,6 +74,21 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class MetricAverageCallback(hvd_keras.callbacks.MetricAverageCallback):
+    """Horovod's MetricAverageCallback, on tf.keras's backend.
+
+    Horovod 0.28.1 hands its Keras callbacks `from keras import backend`. From
+    TensorFlow 2.16 on, `keras` is Keras 3 even when tf.keras is tf-keras (Keras 2),
+    and its backend has no `constant`, which this callback calls. tf.keras.backend
+    is the backend of the Keras actually training; on TF 2.15 the two are the same
+    module. The other callback used here does not touch the backend in eager mode.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.backend = tf.keras.backend
+
+
 class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
     """Keras's ModelCheckpoint on rank 0, as in Horovod's example, but a failed save
     (disk full, permissions) stops every rank with one line instead of leaving the
@@ -163,7 +178,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
         # Averages each rank's validation mean; exact when the test shards are
         # equal (10,000 images at -np 1, 2, 4, 5, 8).
-        hvd_keras.callbacks.MetricAverageCallback(),
+        MetricAverageCallback(),
         bookkeeping,
     ]
     callbacks.append(ChiefModelCheckpoint(os.path.join(config.model_dir, "checkpoint-{epoch}.h5")))

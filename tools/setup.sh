@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Creates .venv and installs everything hvd_mnist needs, in the one order that
+# Creates a venv and installs everything hvd_mnist needs, in the one order that
 # works: TensorFlow first, then Horovod compiled against it, then a check that
 # the build has TensorFlow and Gloo. Each step is skipped when already done, so
 # a second run takes seconds. Why this order: BUILD_NOTES.md.
 #
-#   tools/setup.sh              CPU host: tensorflow-cpu
-#   TF_FLAVOR=gpu tools/setup.sh  GPU host: tensorflow[and-cuda]
-#   MPI=1 tools/setup.sh          also Open MPI (Debian packages, as root), Horovod built with it
+#   tools/setup.sh                          CPU host, TF 2.15 in .venv
+#   TF=2.18 VENV=.venv-tf2.18 tools/setup.sh  TF 2.18 + tf-keras (also 2.16, 2.17, 2.19)
+#   TF_FLAVOR=gpu tools/setup.sh            GPU host: tensorflow[and-cuda]
+#   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it
+#
+# tools/pins/tf<TF>.txt pins what differs between TensorFlow versions.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3.11}
 TF_FLAVOR=${TF_FLAVOR:-cpu}
-TF_VERSION=2.15.1
+TF=${TF:-2.15}
+PINS=$ROOT/tools/pins/tf$TF.txt
 HOROVOD_VERSION=0.28.1
 LOG_DIR=$VENV/setup-logs
 
@@ -35,10 +39,18 @@ step() {
 }
 
 case $TF_FLAVOR in
-  cpu) tf_dist=tensorflow-cpu ;;
-  gpu) tf_dist=tensorflow ;;
+  cpu) tf_dist=tensorflow-cpu tf_spec=tensorflow-cpu ;;
+  gpu) tf_dist=tensorflow tf_spec="tensorflow[and-cuda]" ;;
   *) echo "setup: TF_FLAVOR must be cpu or gpu, not '$TF_FLAVOR'" >&2; exit 2 ;;
 esac
+if [ ! -f "$PINS" ]; then
+  echo "setup: no pins for TF=$TF; supported: $(cd "$ROOT/tools/pins" && ls | sed 's/^tf//; s/\.txt$//' | tr '\n' ' ')" >&2
+  exit 2
+fi
+pinned() {  # the version tools/pins/tf<TF>.txt gives a distribution, or nothing
+  sed -n "s/^$1==//p" "$PINS"
+}
+TF_VERSION=$(pinned $tf_dist)
 
 if ! command -v "$PYTHON" >/dev/null; then
   echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
@@ -100,16 +112,47 @@ if [ "$(installed_version wheel)" = "" ]; then
 fi
 
 # TensorFlow, TFDS, absl, pytest and the package itself (editable). setup.cfg
-# holds the pins; the extra picks the TensorFlow flavour.
+# holds the pins common to all versions, tools/pins/tf<TF>.txt TensorFlow's.
 if [ "$(installed_version $tf_dist)" != "$TF_VERSION" ] \
    || [ "$(installed_version hvd_mnist)" = "" ] \
-   || [ "$ROOT/setup.cfg" -nt "$VENV/.deps-installed" ]; then
-  step "install TensorFlow and deps" "${PIP[@]}" install -e "$ROOT[$TF_FLAVOR,test]"
+   || [ "$ROOT/setup.cfg" -nt "$VENV/.deps-installed" ] \
+   || [ "$PINS" -nt "$VENV/.deps-installed" ]; then
+  step "install TensorFlow $TF_VERSION and deps" "${PIP[@]}" install -e "$ROOT[test]" "$tf_spec" \
+    -c "$PINS"
   touch "$VENV/.deps-installed"
 fi
 
+# Keras 2 for TF >= 2.16. Without its dependencies: tf-keras requires
+# `tensorflow`, which would install the full TensorFlow over tensorflow-cpu.
+tf_keras_version=$(pinned tf-keras)
+if [ -n "$tf_keras_version" ] && [ "$(installed_version tf-keras)" != "$tf_keras_version" ]; then
+  step "install tf-keras $tf_keras_version" "${PIP[@]}" install --no-deps "tf-keras==$tf_keras_version"
+fi
+
+# Horovod's extension is compiled against one TensorFlow's headers and ABI:
+# rebuilt when the venv's TensorFlow is not the one it was built against, and
+# with MPI=1 when it was built without MPI.
+# Patches to Horovod's sdist that a TensorFlow version needs, named in its pins file
+# by "# horovod-patch: NAME" lines (tools/horovod-patches/NAME; why: BUILD_NOTES.md).
+horovod_patches=()
+while read -r name; do horovod_patches+=("$name"); done < <(sed -n 's/^# horovod-patch: //p' "$PINS")
+horovod_build="$tf_dist $TF_VERSION${horovod_patches[*]:+ patched: ${horovod_patches[*]}}"
+build_patched_horovod() {
+  local src
+  src=$(mktemp -d)
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" &&
+    tar -xzf "$src/horovod-$HOROVOD_VERSION.tar.gz" -C "$src" || return 1
+  for name in "${horovod_patches[@]}"; do
+    echo "applying $name"
+    patch -d "$src/horovod-$HOROVOD_VERSION" -p1 <"$ROOT/tools/horovod-patches/$name" || return 1
+  done
+  "${PIP[@]}" install --no-build-isolation --no-cache-dir "$src/horovod-$HOROVOD_VERSION" &&
+    rm -rf "$src"
+}
 has_mpi_build() { "$VENV/bin/horovodrun" --check-build 2>/dev/null | grep -q '\[X\] MPI'; }
+BUILT_AGAINST=$VENV/.horovod-built-against
 if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
+   || [ "$(cat "$BUILT_AGAINST" 2>/dev/null)" != "$horovod_build" ] \
    || { [ "${MPI:-0}" = 1 ] && ! has_mpi_build; }; then
   # Gloo always; MPI only where OpenMPI is installed; no PyTorch or MXNet.
   export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
@@ -122,10 +165,16 @@ if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
   if [ "$TF_FLAVOR" = gpu ]; then
     export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
   fi
-  rebuild=()  # the right version, built without MPI: build it again, now with MPI
-  [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] || rebuild=(--force-reinstall --no-deps)
-  step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
-    "${rebuild[@]}" "horovod==$HOROVOD_VERSION"
+  if [ -n "$(installed_version horovod)" ]; then
+    step "uninstall the old horovod" "${PIP[@]}" uninstall -y horovod
+  fi
+  if [ ${#horovod_patches[@]} -eq 0 ]; then
+    step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
+      "horovod==$HOROVOD_VERSION"
+  else
+    step "build patched horovod" build_patched_horovod
+  fi
+  echo "$horovod_build" >"$BUILT_AGAINST"
 fi
 
 check_build() {
