@@ -1,6 +1,6 @@
 """What --elastic costs when nothing fails, and how long a lost worker stops training.
 
-    .venv/bin/python tools/elastic_bench.py --data_dir=data/tfds   (about 5 minutes here)
+    .venv/bin/python tools/elastic_bench.py --data_dir=data/tfds   (about 8 minutes here)
 
 1. Throughput: the same short run at -np 2 with and without --elastic, alternated
    (--repeats times each); images/s is the median of the 20-step windows after each
