@@ -39,9 +39,11 @@ def assert_every_rank_said(result, error):
     so with status 1.
 
     The other rank exits 1 too, unless horovodrun, which ends the remaining workers
-    after the first failure, terminates it first (143) just after it printed its line.
-    (horovodrun itself then raises a RuntimeError naming the first failed process;
-    that traceback is the launcher's, printed for any failed job.)
+    after the first failure, terminates it first just after it printed its line: then
+    horovodrun reports status 143, or (seen under load, when it stops waiting first)
+    only the shell's "Terminated" from that rank. (horovodrun itself then raises a
+    RuntimeError naming the first failed process; that traceback is the launcher's,
+    printed for any failed job.)
     """
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
@@ -49,7 +51,8 @@ def assert_every_rank_said(result, error):
     assert first and first.group(2) == "1", output
     for rank in (0, 1):
         assert f"[{rank}]<stderr>:hvd_mnist: error: {error}" in output, output
-        assert re.search(rf"Process {rank} exit with status code (1|143)\.", output), output
+        assert (re.search(rf"Process {rank} exit with status code (1|143)\.", output)
+                or f"[{rank}]<stderr>:Terminated" in output), output
     assert "<stderr>:Traceback" not in output and "<stdout>:Traceback" not in output, output
 
 
