@@ -11,8 +11,13 @@ One run measures, in this order, and writes a table plus reports/bench.json:
      `--recipe=fast` on the custom loop (training seconds, evaluation excluded);
   4. each input mode (--input=memory, stream, files) at -np 2: rank 0's input
      pipeline alone (images/s), record bytes a rank reads per epoch, and a short
-     training run's images/s and peak RSS per rank (`--only_inputs`: this part alone).
-About 17 minutes on a 2-core machine.
+     training run's images/s and peak RSS per rank (`--only_inputs`: this part alone);
+  5. hvd_mnist against Horovod's own TF2 example (tools/versus_example.py) at -np 1, 2
+     and 4, with hvd_mnist as it was before issue 12 (a git worktree of BEFORE_REVISION)
+     as a third program; then the step's levers (tools/step_levers.py) at -np 2, and one
+     vs two TF threads per rank at -np 2 and 4 (`--only_versus`: this part alone).
+Writes reports/bench.json and reports/bench.md (the README's performance tables).
+About 30 minutes on a 2-core machine.
 """
 
 import argparse
@@ -20,10 +25,12 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 
 import runlib
+import versus_example
 
 SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(SCRIPT_DIR))
@@ -31,6 +38,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hvd_mnist.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
+# main before issue 12 (performance against Horovod's example): the "before" of part 5.
+BEFORE_REVISION = "734bae7"
 TARGET_ACCURACY = 0.99
 
 
@@ -138,11 +147,20 @@ def main():
                         help="the same dataset in 8 files per split, for --input=files")
     parser.add_argument("--only_inputs", action="store_true",
                         help="measure the input modes only (part 4)")
+    parser.add_argument("--only_versus", action="store_true",
+                        help="measure against Horovod's example and the levers only (part 5)")
+    parser.add_argument("--idx_dir", default="data/cache/idx",
+                        help="the IDX files make data writes: the example's data")
+    parser.add_argument("--versus_repeats", type=int, default=3)
+    parser.add_argument("--before_revision", default=BEFORE_REVISION)
     args = parser.parse_args()
     nps = [int(n) for n in args.nps.split(",")]
     started = time.perf_counter()
 
     results = {"machine": runlib.machine_description(), "date": runlib.now()}
+    if args.only_versus:
+        versus(args, nps, results)
+        return write_reports(args, results, started)
     results["input_modes"] = input_modes(args)
     print(input_table(results["input_modes"]), flush=True)
     if args.only_inputs:
@@ -186,12 +204,80 @@ def main():
                   flush=True)
 
     results["ratios"] = ratios(results, nps)
+    versus(args, nps, results)
+    write_reports(args, results, started)
+
+
+def write_reports(args, results, started):
+    """reports/bench.json, and reports/bench.md with every table this run printed."""
     results["bench_seconds"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(args.report) or ".", exist_ok=True)
     with open(args.report, "w") as f:
         json.dump(results, f, indent=2)
-    print(table(results, nps))
-    print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report}")
+    tables = [f"`make bench` on {results['machine']}, {results['date']} "
+              f"({results['bench_seconds']:.0f} s).", ""]
+    if "throughput" in results:
+        tables.append(table(results, sorted({r["np"] for r in results["throughput"].values()})))
+        tables.append(input_table(results["input_modes"]))
+    tables += ["", "hvd_mnist against Horovod's example, 320 x 128 images in all, medians of "
+               f"{args.versus_repeats} alternating runs:", "",
+               versus_example.table(results["versus_example"]), "",
+               levers_table(results["step_levers"], results["threads"])]
+    markdown_path = args.report.replace(".json", ".md")
+    with open(markdown_path, "w") as f:
+        f.write("\n".join(tables) + "\n")
+    print("\n".join(tables))
+    print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report} and {markdown_path}")
+
+
+def versus(args, nps, results):
+    """Part 5: against Horovod's example and hvd_mnist before issue 12; the step's levers."""
+    before = checkout(args.before_revision, os.path.join(args.out_dir, "before"))
+    results["versus_example"] = versus_example.compare(
+        nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, before)
+    print(versus_example.table(results["versus_example"]), flush=True)
+    results["step_levers"] = step_levers(2, os.path.join(args.out_dir, "step_levers_np2"),
+                                         ["--windows=12"])
+    results["threads"] = {f"np{np_}_threads{threads}": step_levers(
+        np_, os.path.join(args.out_dir, f"threads_np{np_}_{threads}"),
+        ["--windows=10", "--only=hvd_mnist", f"--threads_per_rank={threads}"])
+        for np_ in (2, 4) for threads in (1, 2)}
+
+
+def checkout(revision: str, directory: str) -> str:
+    """A git worktree of `revision` (made once; runs/ is not committed)."""
+    if not os.path.isdir(directory):
+        root = os.path.dirname(SCRIPT_DIR)
+        result = subprocess.run(["git", "-C", root, "worktree", "add", "--detach", "-f",
+                                 os.path.abspath(directory), revision],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"bench: cannot check out {revision} ({result.stderr.strip()})")
+    return os.path.abspath(directory)
+
+
+def step_levers(np_, out_prefix, flags):
+    rc, _ = runlib.launch(np_, [os.path.join(SCRIPT_DIR, "step_levers.py"),
+                                f"--report={out_prefix}.json", *flags],
+                          out_prefix + ".log", timeout_seconds=900)
+    if rc != 0:
+        sys.exit(f"bench: step_levers.py failed ({rc}); see {out_prefix}.log")
+    with open(out_prefix + ".json") as f:
+        return json.load(f)
+
+
+def levers_table(levers, threads) -> str:
+    lines = [f"The step's levers at -np {levers['np']} ({levers['threads_per_rank']} thread(s) "
+             "per rank), taking turns in one job, synthetic batches:", "",
+             "| step | images/s | x hvd_mnist's step | first call s |", "|---|---|---|---|"]
+    for name, rate in levers["images_per_second"].items():
+        lines.append(f"| {name} | {rate:.0f} | {levers['over_hvd_mnist'][name]:.3f} | "
+                     f"{levers['first_call_seconds'][name]:.2f} |")
+    lines += ["", "| -np | TF threads per rank | images/s |", "|---|---|---|"]
+    for result in threads.values():
+        lines.append(f"| {result['np']} | {result['threads_per_rank']} | "
+                     f"{result['images_per_second']['hvd_mnist']:.0f} |")
+    return "\n".join(lines)
 
 
 INPUT_RUN_STEPS = 60  # per epoch, 2 epochs: long enough for steady state and a full RSS

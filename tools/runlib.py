@@ -15,8 +15,9 @@ STALL_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
              "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def launch(np_: int, args: list, log_path: str, timeout_seconds: int, env=None):
-    """`horovodrun -np N python args...` with its output in log_path; returns (rc, seconds)."""
+def launch(np_: int, args: list, log_path: str, timeout_seconds: int, env=None, cwd=None):
+    """`horovodrun -np N python args...` with its output in log_path; returns (rc, seconds).
+    `cwd`: where the workers' `python -m hvd_mnist...` finds hvd_mnist (default: here)."""
     cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo",
            sys.executable, *args]
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
@@ -26,7 +27,8 @@ def launch(np_: int, args: list, log_path: str, timeout_seconds: int, env=None):
         log.flush()
         try:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_seconds,
-                                env={**os.environ, **STALL_ENV, **(env or {})}).returncode
+                                env={**os.environ, **STALL_ENV, **(env or {})},
+                                cwd=cwd).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     return rc, time.perf_counter() - start

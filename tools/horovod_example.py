@@ -1,0 +1,130 @@
+"""Horovod's own TF2 MNIST example, as a user would otherwise run it: the baseline of `make bench`.
+
+Mirrors examples/tensorflow2/tensorflow2_mnist.py of horovod/horovod (v0.28.1; unchanged
+on its master since): TF's default thread pools, `from_tensor_slices(...).repeat()
+.shuffle(10000).batch(128)`, the same Conv-Conv-Pool-Dropout-Dense-Dropout-Dense model,
+Adam(0.001 x size), DistributedGradientTape, variables broadcast from rank 0 after the
+first batch (the step takes `first_batch` as a Python bool, so it is traced twice), a loss
+line from rank 0 every 10 steps, and a checkpoint written by rank 0 at the end.
+
+What differs, and only this:
+- where the data comes from: the example's `tf.keras.datasets.mnist.load_data()` reads
+  Keras's mnist.npz from the internet; here the same arrays come from the IDX .gz files
+  that `make data` writes (data/cache/idx), read as quickly (both are gzip-compressed
+  uint8 arrays, train and test split, decompressed with numpy);
+- how many steps: `--steps` (the example's 10000 // size), so a benchmark can ask for the
+  same images as an hvd_mnist run;
+- where the checkpoint goes (`--out_dir`, not ./checkpoints);
+- instrumentation: the time of every finished step, and at exit, from every rank, a JSON
+  file with them and the process's peak RSS (`--out_dir/rank<R>.json`).
+
+    horovodrun -np 2 -H localhost:2 python tools/horovod_example.py --steps=160 --out_dir=DIR
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import tensorflow as tf
+
+import horovod.tensorflow as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hvd_mnist import idx  # noqa: E402  the IDX reader, for the data-loading line only
+
+
+def load_data(idx_dir):
+    """(train images, labels), (test images, labels) as load_data() returns them."""
+    def pair(split):
+        return idx.read_pair(os.path.join(idx_dir, idx.FILENAMES[f"{split}_data"]),
+                             os.path.join(idx_dir, idx.FILENAMES[f"{split}_labels"]))
+    return pair("train"), pair("test")
+
+
+def main(args):
+    os.makedirs(args.out_dir, exist_ok=True)  # (instrumentation)
+
+    # Horovod: initialize Horovod.
+    hvd.init()
+
+    # Horovod: pin GPU to be used to process local rank (one GPU per process)
+    gpus = tf.config.experimental.list_physical_devices('GPU')
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
+
+    (mnist_images, mnist_labels), _ = load_data(args.idx_dir)
+
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32),
+                 tf.cast(mnist_labels, tf.int64))
+    )
+    dataset = dataset.repeat().shuffle(10000).batch(128)
+
+    mnist_model = tf.keras.Sequential([
+        tf.keras.layers.Conv2D(32, [3, 3], activation='relu'),
+        tf.keras.layers.Conv2D(64, [3, 3], activation='relu'),
+        tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        tf.keras.layers.Dropout(0.25),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(128, activation='relu'),
+        tf.keras.layers.Dropout(0.5),
+        tf.keras.layers.Dense(10, activation='softmax')
+    ])
+    loss = tf.losses.SparseCategoricalCrossentropy()
+
+    # Horovod: adjust learning rate based on number of GPUs.
+    opt = tf.optimizers.Adam(0.001 * hvd.size())
+
+    checkpoint_dir = os.path.join(args.out_dir, 'checkpoints')
+    checkpoint = tf.train.Checkpoint(model=mnist_model, optimizer=opt)
+
+    @tf.function
+    def training_step(images, labels, first_batch):
+        with tf.GradientTape() as tape:
+            probs = mnist_model(images, training=True)
+            loss_value = loss(labels, probs)
+
+        # Horovod: add Horovod Distributed GradientTape.
+        tape = hvd.DistributedGradientTape(tape)
+
+        grads = tape.gradient(loss_value, mnist_model.trainable_variables)
+        opt.apply_gradients(zip(grads, mnist_model.trainable_variables))
+
+        # Horovod: broadcast initial variable states from rank 0 to all other processes,
+        # after the first gradient step to ensure optimizer initialization.
+        if first_batch:
+            hvd.broadcast_variables(mnist_model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables(), root_rank=0)
+
+        return loss_value
+
+    step_unix_times = []
+    for batch, (images, labels) in enumerate(dataset.take(args.steps)):
+        loss_value = training_step(images, labels, batch == 0)
+        step_unix_times.append(time.time())  # the call returns once the step ran (CPU)
+
+        if batch % 10 == 0 and hvd.rank() == 0:
+            print('Step #%d\tLoss: %.6f' % (batch, loss_value))
+
+    # Horovod: save checkpoints only on worker 0 to prevent other workers from
+    # corrupting it.
+    if hvd.rank() == 0:
+        checkpoint.save(checkpoint_dir)
+
+    with open(os.path.join(args.out_dir, f'rank{hvd.rank()}.json'), 'w') as f:
+        json.dump({'rank': hvd.rank(), 'size': hvd.size(), 'step_unix_times': step_unix_times,
+                   'peak_rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+                  f)
+
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--idx_dir', default='data/cache/idx')
+    parser.add_argument('--steps', type=int, required=True, help='steps per worker')
+    parser.add_argument('--out_dir', required=True)
+    main(parser.parse_args())

@@ -1,0 +1,155 @@
+"""hvd_mnist against Horovod's own TF2 MNIST example (tools/horovod_example.py), side by side.
+
+Both train the same images: IMAGES_IN_ALL = 320 x 128, that is 320 / np steps of 128 per
+worker, Adam 0.001 x workers. hvd_mnist runs as a user would start it (its defaults:
+per-epoch evaluation of the 10,000 test images, a checkpoint, summary.json and the exported
+model), the example as its file stands (a checkpoint at the end, nothing else). The runs
+alternate, example first, `repeats` times for each -np (with a third program where a
+checkout of hvd_mnist before issue 12 is given), and the report gives medians:
+
+  wall_seconds                  launch of horovodrun to its exit (the whole job)
+  images_per_second             steady state over all workers: median of 20-step windows
+                                after the first (the first holds tracing and warm-up)
+  launch_to_first_step_seconds  launch of horovodrun to rank 0's first finished step
+  peak_rss_mib                  the largest peak resident memory of any rank
+
+    python tools/versus_example.py --nps=1,2,4 --repeats=3   (make bench runs it)
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import runlib
+
+TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
+IMAGES_IN_ALL = 320 * 128
+BATCH_SIZE = 128
+WINDOW_STEPS = 20  # as hvd_mnist.timing.WINDOW_STEPS
+TIMEOUT_SECONDS = 600
+
+
+def steady_images_per_second(window_rates):
+    return statistics.median(window_rates[1:] if len(window_rates) > 1 else window_rates)
+
+
+def windows_from_step_times(step_unix_times, images_per_step):
+    """Images/s over consecutive WINDOW_STEPS-step windows, as hvd_mnist's StepClock counts."""
+    return [WINDOW_STEPS * images_per_step / (step_unix_times[i + WINDOW_STEPS]
+                                              - step_unix_times[i])
+            for i in range(0, len(step_unix_times) - WINDOW_STEPS, WINDOW_STEPS)]
+
+
+def run_example(np_, out_dir, idx_dir):
+    run_dir = os.path.join(out_dir, f"example_np{np_}")
+    launch_unix = time.time()
+    rc, seconds = runlib.launch(np_, [os.path.join(TOOLS_DIR, "horovod_example.py"),
+                                      f"--idx_dir={idx_dir}", f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}",
+                                      f"--out_dir={run_dir}"],
+                                run_dir + ".log", TIMEOUT_SECONDS)
+    if rc != 0:
+        raise SystemExit(f"versus_example: the example failed ({rc}); see {run_dir}.log")
+    ranks = []
+    for rank in range(np_):
+        with open(os.path.join(run_dir, f"rank{rank}.json")) as f:
+            ranks.append(json.load(f))
+    times = ranks[0]["step_unix_times"]
+    return {"wall_seconds": seconds,
+            "images_per_second": steady_images_per_second(
+                windows_from_step_times(times, BATCH_SIZE * np_)),
+            "launch_to_first_step_seconds": times[0] - launch_unix,
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
+
+
+def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
+    """One run of hvd_mnist, from this checkout or (`checkout`) another revision's."""
+    model_dir = os.path.abspath(os.path.join(out_dir, f"{name}_np{np_}"))
+    launch_unix = time.time()
+    rc, seconds = runlib.launch(np_, [
+        "-m", "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
+        f"--model_dir={model_dir}", "--optimizer=adam", "--learning_rate=0.001",
+        f"--batch_size={BATCH_SIZE}", "--epochs=1",
+        f"--steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"],
+        model_dir + ".log", TIMEOUT_SECONDS, cwd=checkout)
+    if rc != 0:
+        raise SystemExit(f"versus_example: {name} failed ({rc}); see {model_dir}.log")
+    summary = runlib.read_summary(model_dir)
+    return {"wall_seconds": seconds,
+            "images_per_second": steady_images_per_second(
+                summary["timing"]["window_images_per_second"]),
+            "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
+            "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
+            "test_accuracy": summary["test_accuracy"]}
+
+
+def compare(nps, repeats, out_dir, data_dir, idx_dir, before_checkout=None):
+    """Per -np: every run's figures, their medians, and hvd_mnist's over the example's (and
+    over hvd_mnist before this comparison, from `before_checkout`, when given)."""
+    out = {}
+    for np_ in nps:
+        programs = {"example": lambda: run_example(np_, out_dir, idx_dir),
+                    "hvd_mnist": lambda: run_hvd_mnist(np_, out_dir, data_dir)}
+        if before_checkout:
+            programs["hvd_mnist_before"] = lambda: run_hvd_mnist(
+                np_, out_dir, data_dir, checkout=before_checkout, name="hvd_mnist_before")
+        runs = {who: [] for who in programs}
+        for _ in range(repeats):
+            for who, run in programs.items():
+                runs[who].append(run())
+            print(f"np {np_}: " + ", ".join(f"{who} {rs[-1]['wall_seconds']:.1f} s"
+                                          for who, rs in runs.items()), flush=True)
+        medians = {who: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
+                   for who, rs in runs.items()}
+        out[f"np{np_}"] = {"runs": runs, "median": medians,
+                           "hvd_mnist_over_example": ratios(medians, "example")}
+        if before_checkout:
+            out[f"np{np_}"]["hvd_mnist_over_before"] = ratios(medians, "hvd_mnist_before")
+    return out
+
+
+def ratios(medians, baseline):
+    return {key: medians["hvd_mnist"][key] / medians[baseline][key]
+            for key in medians[baseline]}
+
+
+LABELS = {"example": "Horovod's example", "hvd_mnist": "hvd_mnist",
+          "hvd_mnist_before": "hvd_mnist before issue 12"}
+KEYS = ("wall_seconds", "images_per_second", "launch_to_first_step_seconds", "peak_rss_mib")
+FORMATS = ("{:.1f}", "{:.0f}", "{:.1f}", "{:.0f}")
+
+
+def table(comparison) -> str:
+    lines = ["| -np | run | whole process s | steady images/s | launch to 1st step s "
+             "| peak RSS MiB/rank |", "|---|---|---|---|---|---|"]
+    for name, result in comparison.items():
+        np_ = name[2:]
+        for who, median in result["median"].items():
+            cells = [f.format(median[k]) for k, f in zip(KEYS, FORMATS)]
+            lines.append(f"| {np_} | {LABELS[who]} | " + " | ".join(cells) + " |")
+        for key, label in (("hvd_mnist_over_example", "hvd_mnist / example"),
+                           ("hvd_mnist_over_before", "hvd_mnist / before")):
+            if key in result:
+                lines.append(f"| {np_} | **{label}** | "
+                             + " | ".join(f"{result[key][k]:.2f}x" for k in KEYS) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="data/tfds")
+    parser.add_argument("--idx_dir", default="data/cache/idx")
+    parser.add_argument("--out_dir", default="runs/bench")
+    parser.add_argument("--nps", default="1,2,4")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--before_checkout", default="",
+                        help="a checkout of hvd_mnist before issue 12, run as a third program")
+    args = parser.parse_args()
+    comparison = compare([int(n) for n in args.nps.split(",")], args.repeats, args.out_dir,
+                         args.data_dir, args.idx_dir, args.before_checkout or None)
+    print(table(comparison))
+
+
+if __name__ == "__main__":
+    main()
