@@ -43,7 +43,8 @@ $(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
 
 data: $(DATA_STAMP)
 
-$(DATA_STAMP): | $(SETUP_STAMP)
+# Record files newer than the decoded copy (changed since) make it again.
+$(DATA_STAMP): $(wildcard $(DATA_DIR)/mnist/3.0.1/*.tfrecord-*) | $(SETUP_STAMP)
 	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(DATA_DIR)
 
 # The same dataset written as 8 record files per split, for --input=files.
@@ -51,7 +52,7 @@ SHARDED_DATA_DIR ?= data/tfds-sharded
 SHARDED_DATA_STAMP := $(SHARDED_DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 data-sharded: $(SHARDED_DATA_STAMP)
 
-$(SHARDED_DATA_STAMP): | $(SETUP_STAMP)
+$(SHARDED_DATA_STAMP): $(wildcard $(SHARDED_DATA_DIR)/mnist/3.0.1/*.tfrecord-*) | $(SETUP_STAMP)
 	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(SHARDED_DATA_DIR) --num_shards=8
 
 # horovodrun hands its workers a pipe, so they cannot see a terminal themselves: a live

@@ -222,6 +222,9 @@ def write_reports(args, results, started):
     tables += ["", "hvd_mnist against Horovod's example, 320 x 128 images in all, medians of "
                f"{args.versus_repeats} alternating runs:", "",
                versus_example.table(results["versus_example"]), "",
+               "Start-up levers, seconds in one process: " + ", ".join(
+                   f"{k.replace('_', ' ')} {v:.2f}" for k, v in results["startup_levers"].items())
+               + ".", "",
                levers_table(results["step_levers"], results["threads"])]
     markdown_path = args.report.replace(".json", ".md")
     with open(markdown_path, "w") as f:
@@ -230,8 +233,32 @@ def write_reports(args, results, started):
     print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report} and {markdown_path}")
 
 
+def startup_levers(data_dir: str, repeats: int = 3) -> dict:
+    """Seconds a process spends loading both splits, from the decoded copy (make data) and
+    by decoding the TFDS files as before; and importing tensorflow_datasets, which only the
+    latter needs (in a fresh process that has imported TensorFlow already)."""
+    from hvd_mnist import data
+    seconds = {"read_decoded_copy": [], "decode_tfds_files": [], "import_tensorflow_datasets": []}
+    for _ in range(repeats):
+        for name, load in (("read_decoded_copy", data.load_split),
+                           ("decode_tfds_files", data.decode_split)):
+            start = time.perf_counter()
+            for split in ("train", "test"):
+                load(data_dir, split)
+            seconds[name].append(time.perf_counter() - start)
+        timed = subprocess.run([sys.executable, "-c", "import time, tensorflow; t = "
+                                "time.perf_counter(); import tensorflow_datasets; "
+                                "print(time.perf_counter() - t)"],
+                               capture_output=True, text=True, check=True)
+        seconds["import_tensorflow_datasets"].append(float(timed.stdout.split()[-1]))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
 def versus(args, nps, results):
-    """Part 5: against Horovod's example and hvd_mnist before issue 12; the step's levers."""
+    """Part 5: against Horovod's example and hvd_mnist before issue 12; the levers."""
+    results["startup_levers"] = startup_levers(args.data_dir)
+    print("start-up levers (s): " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                              results["startup_levers"].items()), flush=True)
     before = checkout(args.before_revision, os.path.join(args.out_dir, "before"))
     results["versus_example"] = versus_example.compare(
         nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, before)
