@@ -35,7 +35,11 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
         for a in accumulated:
             a.assign(tf.zeros_like(a))
 
-    @tf.function(input_signature=input_signature)
+    def count_the_batch():
+        optimizer.iterations.assign_add(1)
+
+    # Without autograph, as train.make_train_step (its one branch is an explicit tf.cond).
+    @tf.function(input_signature=input_signature, autograph=False)
     def train_step(images, labels):
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
@@ -43,10 +47,7 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
         for a, gradient in zip(accumulated, tape.gradient(loss, variables)):
             a.assign_add(gradient / passes)
         batches_seen.assign_add(1)
-        if batches_seen % passes == 0:
-            allreduce_and_apply()
-        else:
-            optimizer.iterations.assign_add(1)
+        tf.cond(batches_seen % passes == 0, allreduce_and_apply, count_the_batch)
         return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
 
     return train_step
