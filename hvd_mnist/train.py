@@ -30,9 +30,9 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     """One step: local gradients, averaged over ranks by Horovod, then applied.
 
     Returns the loss averaged over ranks, so every rank sees the same value and
-    takes the same decision about it. (That scalar allreduce costs under 2% of a
-    step here; riding it on the gradients' allreduce was slower: README, Performance.)
-    Autograph is off: the step has no Python control flow on tensors, and
+    takes the same decision about it. (What that scalar allreduce costs is below
+    the run-to-run noise here, and riding it on the gradients' allreduce was no
+    faster: README, Performance.) Autograph is off: the step has no Python control flow on tensors, and
     converting Keras's and Horovod's code took a second of tracing in every process.
     """
 
