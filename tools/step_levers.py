@@ -18,9 +18,9 @@ ranks; median of the rounds after the first (tracing and warm-up).
 
 import argparse
 import json
+import os
 import statistics
 import sys
-import os
 import time
 
 import horovod.tensorflow as hvd
