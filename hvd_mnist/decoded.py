@@ -2,10 +2,11 @@
 
 TFDS stores every image PNG-encoded: `tfds.load` decodes all 70,000 of them in every
 process of every run (2.4 s per process on an AVX-512 core, about 6.5 s on an AVX2-only
-one; four times over at -np 4). Reading this copy takes 0.1 s. `prepare` (make data) decodes them once and writes each split's
-uint8 images and int64 labels as TensorFlow TensorProtos (`tf.io.serialize_tensor`), with
-the name, size and sha256 of every TFDS file they came from. A reader checks those
-against the TFDS files now in data_dir and refuses a stale copy with one line.
+one; four times over at -np 4). `prepare` (make data) decodes them once and writes each
+split's uint8 images and int64 labels as TensorFlow TensorProtos (`tf.io.serialize_tensor`),
+with the name, size and sha256 of every TFDS file they came from; reading them back takes
+0.1 s. A reader checks those against the TFDS files now in data_dir and refuses a stale
+copy with one line.
 
     <data_dir>/hvd_mnist_decoded/mnist-3.0.1/{train,test}-{images,labels}.tensor, source.json
 """

@@ -45,10 +45,10 @@ def windows_from_step_times(step_unix_times, images_per_step):
 def run_example(np_, out_dir, idx_dir):
     run_dir = os.path.join(out_dir, f"example_np{np_}")
     launch_unix = time.time()
-    rc, seconds = runlib.launch(np_, [os.path.join(TOOLS_DIR, "horovod_example.py"),
-                                      f"--idx_dir={idx_dir}", f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}",
-                                      f"--out_dir={run_dir}"],
-                                run_dir + ".log", TIMEOUT_SECONDS)
+    rc, seconds = runlib.launch(np_, [
+        os.path.join(TOOLS_DIR, "horovod_example.py"), f"--idx_dir={idx_dir}",
+        f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}", f"--out_dir={run_dir}"],
+        run_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
         raise SystemExit(f"versus_example: the example failed ({rc}); see {run_dir}.log")
     ranks = []
