@@ -34,7 +34,8 @@ DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
-.PHONY: setup data data-sharded train test test-long test-hosts parity bench plot scaling clean
+.PHONY: setup data data-sharded train test test-long test-hosts test-repeat parity bench plot \
+	scaling clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -79,6 +80,14 @@ test-long: $(SETUP_STAMP)
 # about 6 minutes on a quiet machine, 12 under load: too long for `make test`.
 test-hosts: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py
+
+# The multi-rank error tests, REPEAT times over, counting each test's outcomes: a test
+# that fails once in 20 is a failing test. REPEAT_TESTS chooses others.
+REPEAT ?= 20
+REPEAT_TESTS ?= tests/test_faults.py tests/test_horovodrun.py \
+  -k "every_rank or stops_the_job or refused or disk_full"
+test-repeat: $(SETUP_STAMP)
+	tools/repeat_tests.sh $(REPEAT) $(BIN)/python -m "not hosts and not long" $(REPEAT_TESTS)
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)

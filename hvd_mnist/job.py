@@ -33,10 +33,12 @@ class Job:
 def start(config: config_lib.TrainConfig) -> Job:
     """Horovod, devices and threads, then everything that can be validated before training.
 
-    Every check here either runs identically on every rank or goes through
-    `runtime.on_chief`, so a bad input stops all ranks, not just one.
+    Every check here runs on every rank and a failure on any rank stops them all
+    (`runtime.on_every_rank`, `runtime.on_chief`), so a bad input is reported by
+    every rank, not just one.
     """
-    job = start_process(config)
+    topology, threads = start_horovod(config)
+    job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     runtime.on_chief(lambda: make_model_dir(config.model_dir))
     return job
 
@@ -44,12 +46,23 @@ def start(config: config_lib.TrainConfig) -> Job:
 def start_process(config: config_lib.TrainConfig) -> Job:
     """`start` without any collective operation, so a worker joining an elastic job,
     whose peers are waiting in their state's sync, can run it alone."""
+    return open_job(config, *start_horovod(config))
+
+
+def start_horovod(config: config_lib.TrainConfig) -> tuple[runtime.Topology, int]:
+    """Horovod, this process's GPU and its thread pools; returns where it runs and its
+    number of threads."""
     runtime.configure_determinism(config.deterministic)
     topology = runtime.init_horovod()
     runtime.configure_gpus(topology.local_rank)
     threads = runtime.threads_per_rank(config.threads_per_rank, topology.local_size,
                                        runtime.available_cpus())
     runtime.configure_threads(threads)
+    return topology, threads
+
+
+def open_job(config: config_lib.TrainConfig, topology: runtime.Topology, threads: int) -> Job:
+    """Batching, the input and the steps per epoch, for one rank (may raise UserFacingError)."""
     batching = config_lib.resolve_batching(config, topology.size)
     dtype = tf.float64 if config.float64 else tf.float32
     source = inputs.open_input(config.input, config.data_dir,

@@ -14,7 +14,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 from absl import app, flags  # noqa: E402
 
 from hvd_mnist import config as config_lib, legacy_keras  # noqa: E402
-from hvd_mnist.errors import UserFacingError  # noqa: E402
+from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -148,6 +148,9 @@ def main(argv):
         trainer.train_and_evaluate(config)
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
+        if isinstance(e, CollectiveError):  # found after Horovod started, by every rank
+            from hvd_mnist import runtime
+            runtime.leave_together()
         return 1
     return 0
 

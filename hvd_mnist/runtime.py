@@ -6,11 +6,12 @@ and every rank-0-only side effect goes through `is_chief()`.
 
 import dataclasses
 import os
+import sys
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist.errors import UserFacingError
+from hvd_mnist.errors import CollectiveError, UserFacingError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,5 +105,40 @@ def on_chief(fn):
             error = str(e)
     result, error = broadcast_from_chief((result, error))
     if error is not None:
-        raise UserFacingError(error)
+        raise CollectiveError(error)
     return result
+
+
+def on_every_rank(fn):
+    """Runs fn on every rank; a UserFacingError on any rank stops every rank.
+
+    A rank whose own fn failed reports its own error; the others report the first
+    failed rank's, naming it. So a problem one rank alone finds (its host's copy
+    of the data, say) is printed by every rank instead of leaving them waiting.
+    """
+    result, error = None, None
+    try:
+        result = fn()
+    except UserFacingError as e:
+        error = str(e)
+    errors = hvd.allgather_object(error, name="rank_errors")
+    failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
+    if failed:
+        first_rank, first_error = failed[0]
+        raise CollectiveError(error if error is not None else f"rank {first_rank}: {first_error}")
+    return result
+
+
+def leave_together() -> None:
+    """Waits, after this rank has printed its error, until every rank has printed its own.
+
+    horovodrun ends the remaining workers as soon as one exits non-zero, so a rank
+    that had not yet printed its line would be killed silently. Only for a
+    CollectiveError: every rank is then on its way here, none inside another collective.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        hvd.allreduce(tf.constant(0), op=hvd.Sum, name="leave_together")
+    except Exception:  # a peer already gone: nothing left to wait for
+        pass

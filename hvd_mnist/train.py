@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from hvd_mnist import (checkpoint, communication, config as config_lib, job as job_lib,
                        model as model_lib, progress, run_identity, runtime, timing)
-from hvd_mnist.errors import UserFacingError
+from hvd_mnist.errors import CollectiveError
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
 
@@ -94,8 +94,9 @@ def evaluate(eval_step, dataset) -> dict:
 
 
 def check_finite(loss: float, where: str) -> None:
+    """`loss` is averaged over ranks, so every rank stops at the same step."""
     if not math.isfinite(loss):
-        raise UserFacingError(f"training diverged: loss is {loss} at {where}; lower "
+        raise CollectiveError(f"training diverged: loss is {loss} at {where}; lower "
                               "--learning_rate or check the input data")
 
 

@@ -2,6 +2,7 @@
 and a helper that launches real `horovodrun` jobs with a timeout."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -67,6 +68,45 @@ def horovodrun(np_, args, timeout=180, cwd=None, env=None):
     full_env = {**os.environ, **HOROVOD_TEST_ENV, **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=full_env)
+
+
+def assert_every_rank_said(result, error, num_ranks=2):
+    """The guarantee for an error found after Horovod started (hvd_mnist's CollectiveError):
+    every rank printed `error` as its one line, no rank printed a traceback, and the first
+    process to exit did so with status 1.
+
+    The ranks wait for each other's line before exiting (runtime.leave_together), so
+    no line can be lost. Their exits still race horovodrun, which ends the remaining
+    workers once one has failed: a later rank exits 1, or is reported with 143 or only
+    the shell's "Terminated". (horovodrun then raises a RuntimeError naming the first
+    failed process: the launcher's traceback, printed for any failed job, not a rank's.)
+    """
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    first = re.search(r"Process (\d+) exit with status code (\d+)\.", output)
+    assert first and first.group(2) == "1", output
+    for rank in range(num_ranks):
+        lines = re.findall(rf"^\[{rank}\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
+        assert lines == [error], f"rank {rank} said {lines}:\n{output}"
+        assert (re.search(rf"Process {rank} exit with status code (1|143)\.", output)
+                or f"[{rank}]<stderr>:Terminated" in output), output
+    assert_no_rank_traceback(output)
+
+
+def assert_some_rank_said(result, error):
+    """The guarantee for an error found before Horovod starts (flags, Keras, missing data):
+    each rank decides alone and horovodrun may end a slower rank before it speaks, so at
+    least one rank printed `error` as its one line, none printed another error or a
+    traceback, and the job failed."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    lines = re.findall(r"^\[\d+\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
+    assert lines and set(lines) == {error}, f"{lines}:\n{output}"
+    assert_no_rank_traceback(output)
+
+
+def assert_no_rank_traceback(output):
+    assert not re.search(r"^\[\d+\]<std(err|out)>:Traceback", output, re.M), output
 
 
 def trainer_command(*flags):

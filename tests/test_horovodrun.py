@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
-from conftest import (TINY_TEST, horovodrun, load_weights, max_abs_difference, snapshot,
-                      trainer_command)
+from conftest import (TINY_TEST, assert_every_rank_said, assert_no_rank_traceback,
+                      assert_some_rank_said, horovodrun, load_weights, max_abs_difference,
+                      snapshot, trainer_command)
 
 pytestmark = pytest.mark.horovodrun
 
@@ -68,16 +69,27 @@ def test_bad_flag_stops_the_job_naming_the_flag(tmp_path):
     result = horovodrun(2, trainer_command("--batch_size=-1"), timeout=60)
     assert result.returncode != 0
     assert "flag --batch_size=-1: -1 is not a positive integer" in result.stdout + result.stderr
+    assert_no_rank_traceback(result.stdout + result.stderr)
 
 
 def test_global_batch_not_divisible_stops_every_rank(tiny_data_dir, tmp_path):
     result = horovodrun(3, trainer_command(f"--data_dir={tiny_data_dir}",
                                            f"--model_dir={tmp_path}", "--global_batch_size=64"),
                         timeout=90)
-    assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "--global_batch_size=64 is not divisible by the 3 workers" in output
+    assert_every_rank_said(result, "--global_batch_size=64 is not divisible by the 3 workers; "
+                           "choose a multiple of 3", num_ranks=3)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_missing_data_stops_the_job_before_horovod_starts(tmp_path):
+    # Found before Horovod starts: each rank stops alone, and horovodrun may end the
+    # slower one before it speaks (conftest.assert_some_rank_said).
+    result = horovodrun(2, trainer_command(f"--data_dir={tmp_path}/nonexistent",
+                                           f"--model_dir={tmp_path}/model"), timeout=90)
+    assert_some_rank_said(result, (
+        f"no prepared TFDS mnist 3.0.1 in '{tmp_path}/nonexistent'; prepare it with: make data "
+        f"(or: python -m hvd_mnist.prepare --data_dir={tmp_path}/nonexistent)"))
+    assert not (tmp_path / "model").exists()
 
 
 def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp_path):
@@ -93,12 +105,11 @@ def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp
 
     result = horovodrun(2, trainer_command(f"--data_dir={damaged}", f"--model_dir={model_dir}",
                                            "--resume"), timeout=90)
-    assert result.returncode != 0
     # The decoded copy (hvd_mnist/decoded.py) no longer matches the damaged file.
-    error = (f"hvd_mnist: error: the decoded copy in {damaged}/hvd_mnist_decoded/mnist-3.0.1 "
-             "does not match the TFDS files it was made from (train split changed since)")
-    for rank in (0, 1):
-        assert f"[{rank}]<stderr>:{error}" in result.stdout + result.stderr
+    assert_every_rank_said(result, (
+        f"the decoded copy in {damaged}/hvd_mnist_decoded/mnist-3.0.1 does not match the TFDS "
+        "files it was made from (train split changed since); make it again with: make data "
+        f"(or: python -m hvd_mnist.prepare --data_dir={damaged})"))
     assert snapshot(model_dir) == before
 
 
