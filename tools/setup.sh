@@ -149,7 +149,12 @@ build_patched_horovod() {
   "${PIP[@]}" install --no-build-isolation --no-cache-dir "$src/horovod-$HOROVOD_VERSION" &&
     rm -rf "$src"
 }
-has_mpi_build() { "$VENV/bin/horovodrun" --check-build 2>/dev/null | grep -q '\[X\] MPI'; }
+# The report is read whole first: with pipefail, `horovodrun ... | grep -q` fails whenever
+# grep stops reading before horovodrun has written its last line.
+has_mpi_build() {
+  local report
+  report=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) && grep -q '\[X\] MPI' <<<"$report"
+}
 BUILT_AGAINST=$VENV/.horovod-built-against
 if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
    || [ "$(cat "$BUILT_AGAINST" 2>/dev/null)" != "$horovod_build" ] \
