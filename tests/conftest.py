@@ -77,19 +77,19 @@ def assert_every_rank_said(result, error, num_ranks=2):
 
     The ranks wait for each other's line before exiting (runtime.leave_together), so
     no line can be lost. Their exits still race horovodrun, which ends the remaining
-    workers once one has failed: a later rank exits 1, or is reported with 143 or only
-    the shell's "Terminated". (horovodrun then raises a RuntimeError naming the first
-    failed process: the launcher's traceback, printed for any failed job, not a rank's.)
+    workers once one has failed, so what it reports of the later ones (status 1, 143 or
+    137, the shell's "Terminated", or nothing) is not asserted; only that none failed in
+    another way. (horovodrun then raises a RuntimeError naming the first failed process:
+    the launcher's traceback, printed for any failed job, not a rank's.)
     """
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    first = re.search(r"Process (\d+) exit with status code (\d+)\.", output)
-    assert first and first.group(2) == "1", output
+    statuses = re.findall(r"Process \d+ exit with status code (\d+)\.", output)
+    assert statuses and statuses[0] == "1", output
+    assert set(statuses) <= {"1", "137", "143"}, output
     for rank in range(num_ranks):
         lines = re.findall(rf"^\[{rank}\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
         assert lines == [error], f"rank {rank} said {lines}:\n{output}"
-        assert (re.search(rf"Process {rank} exit with status code (1|143)\.", output)
-                or f"[{rank}]<stderr>:Terminated" in output), output
     assert_no_rank_traceback(output)
 
 
