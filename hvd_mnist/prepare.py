@@ -43,10 +43,11 @@ SOURCE_MEMBER = "mnist/data/mnist.pkl.gz"
 MNIST_TRAIN_CLASS_COUNTS = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)
 MNIST_TEST_EXAMPLES = 10_000
 
-# The only globals a pickle of plain numpy arrays needs. Anything else (os.system,
-# builtins.eval, ...) is refused before it can run.
+# The only globals a pickle of plain numpy arrays needs (numpy 2 writes numpy.core as
+# numpy._core). Anything else (os.system, builtins.eval, ...) is refused before it can run.
 _ALLOWED_PICKLE_GLOBALS = frozenset({
     ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
 })
