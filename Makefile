@@ -1,12 +1,13 @@
 # The two commands the README promises: `make train` and `make test`. Each sets
 # up whatever is missing first. NP is the number of Horovod workers.
 NP ?= 4
-PYTHON ?= python3.11
+# Empty: the first Python of the pins file's "# pythons:" line, found on PATH or in pyenv.
+PYTHON ?=
 TF_FLAVOR ?= cpu
-# TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default lives
-# in .venv; TF=2.18 (or 2.16, 2.17, 2.19) builds and uses .venv-tf2.18 (BUILD_NOTES.md).
-TF ?= 2.15
-VENV := $(if $(filter 2.15,$(TF)),.venv,.venv-tf$(TF))
+# TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default (2.21, Keras 3)
+# lives in .venv; TF=2.15 (or 2.16-2.19) builds and uses .venv-tf2.15 (BUILD_NOTES.md).
+TF ?= 2.21
+VENV := $(if $(filter 2.21,$(TF)),.venv,.venv-tf$(TF))
 BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist

@@ -14,7 +14,7 @@ import shutil
 
 import tensorflow as tf
 
-from hvd_mnist import data, model as model_lib, outputs, runtime
+from hvd_mnist import data, keras_compat, model as model_lib, outputs, runtime
 
 DIRECTORY = "export"
 MARKER = "hvd_mnist_export.json"
@@ -29,7 +29,7 @@ class Serving(tf.Module):
         super().__init__(name="hvd_mnist")
         # The variables, not the Keras model, are what gets saved: saving a Keras
         # object would also trace and store every layer's call functions.
-        self.weights = list(model.weights)
+        self.weights = keras_compat.tf_variables(model.weights)
         self._model = model
 
     @tf.function(input_signature=[IMAGES_SPEC])

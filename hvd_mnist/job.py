@@ -74,8 +74,8 @@ def open_job(config: config_lib.TrainConfig, topology: runtime.Topology, threads
     return Job(topology, batching, source, steps, dtype, threads)
 
 
-def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
-    """The run's optimizer with its (scaled) learning rate, scheduled over the whole run.
+def learning_rate(config: config_lib.TrainConfig, job: Job):
+    """The run's (scaled) learning rate: a number, or a schedule over the whole run.
 
     The schedule reads the optimizer's step counter, which checkpoints keep, so
     a resumed run continues the schedule where it stopped.
@@ -85,7 +85,12 @@ def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
         rate = model_lib.WarmupLinearDecay(
             rate, warmup_steps=round(config.warmup_epochs * job.steps_per_epoch),
             total_steps=config.epochs * job.steps_per_epoch)
-    return model_lib.make_optimizer(config.optimizer, rate)
+    return rate
+
+
+def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
+    """The custom loop's optimizer, with the run's learning rate."""
+    return model_lib.make_optimizer(config.optimizer, learning_rate(config, job))
 
 
 def epoch_record(epoch: int, train_loss: float, test_metrics: dict, *, train_seconds: float,

@@ -13,7 +13,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import config as config_lib, legacy_keras  # noqa: E402
+from hvd_mnist import config as config_lib, keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -139,7 +139,7 @@ def main(argv):
     config = config_from_flags(FLAGS)
     quiet.after_flags()
     try:
-        legacy_keras.require_keras2()  # Keras 3 would train without averaging
+        keras_compat.check_keras()
         from hvd_mnist import data, keras_fit, train
         data.check_prepared(config.data_dir)  # before Horovod does any work
         trainer = train if config.mode == "custom" else keras_fit

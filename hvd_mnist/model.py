@@ -6,7 +6,7 @@ so they all train exactly the same network.
 
 import tensorflow as tf
 
-from hvd_mnist import data
+from hvd_mnist import data, keras_compat
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
@@ -22,17 +22,15 @@ def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
     """
     keep = 1.0 if dropout else 0.0
     layers = tf.keras.layers
-    # "stateful": each layer draws from its own tf.random.Generator, which
-    # reseed_dropout can restart (see there).
     return tf.keras.Sequential([
         tf.keras.Input(shape=INPUT_SHAPE, dtype=dtype),
         layers.Conv2D(32, kernel_size=(3, 3), activation="relu", dtype=dtype),
         layers.Conv2D(64, (3, 3), activation="relu", dtype=dtype),
         layers.MaxPooling2D(pool_size=(2, 2), dtype=dtype),
-        layers.Dropout(0.25 * keep, rng_type="stateful", dtype=dtype),
+        keras_compat.dropout_layer(0.25 * keep, dtype),
         layers.Flatten(dtype=dtype),
         layers.Dense(128, activation="relu", dtype=dtype),
-        layers.Dropout(0.5 * keep, rng_type="stateful", dtype=dtype),
+        keras_compat.dropout_layer(0.5 * keep, dtype),
         layers.Dense(NUM_CLASSES, activation="softmax", dtype=dtype),
     ], name="mnist_cnn")
 
@@ -40,19 +38,14 @@ def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
 def reseed_dropout(model: tf.keras.Model, seed_words: tuple) -> None:
     """Restarts every Dropout layer's random stream from a seed made of `seed_words`.
 
-    Keras's default dropout draws from stateful kernels whose position lives in
-    TF's runtime, out of reach of any checkpoint, so a resumed run would draw
-    other masks than the run it replaces. Restarting each layer's generator
-    from, say, (seed, rank, epoch) at every epoch start makes the mask of every
-    step a pure function of where the step is, however the run got there.
+    A stream that just ran on would leave a resumed run drawing other masks than
+    the run it replaces. Restarting each layer's stream from, say, (seed, rank,
+    epoch) at every epoch start makes the mask of every step a pure function of
+    where the step is, however the run got there.
     """
     dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
     for index, layer in enumerate(dropouts):
-        words = [*seed_words, index]
-        seed = data.seed_from_words(words)
-        rng = layer._random_generator  # Keras keeps no public handle on it
-        rng._maybe_init()  # no-op once the layer is built
-        rng._generator.reset_from_seed(seed)
+        keras_compat.reseed_dropout(layer, data.seed_from_words([*seed_words, index]))
 
 
 def make_loss():
@@ -60,14 +53,21 @@ def make_loss():
     return tf.keras.losses.SparseCategoricalCrossentropy()
 
 
-def make_optimizer(name: str, learning_rate: float) -> tf.keras.optimizers.Optimizer:
+def optimizer_recipe(name: str, learning_rate) -> tuple[type, dict]:
+    """The optimizer's class and constructor arguments (the Keras path subclasses the class)."""
+    optimizers = tf.keras.optimizers
     if name == "adadelta":
-        return tf.keras.optimizers.Adadelta(learning_rate=learning_rate)
+        return optimizers.Adadelta, {"learning_rate": learning_rate}
     if name == "adam":
-        return tf.keras.optimizers.Adam(learning_rate=learning_rate)
+        return optimizers.Adam, {"learning_rate": learning_rate}
     if name == "sgd":
-        return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
+        return optimizers.SGD, {"learning_rate": learning_rate, "momentum": 0.9}
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+def make_optimizer(name: str, learning_rate) -> tf.keras.optimizers.Optimizer:
+    optimizer_class, arguments = optimizer_recipe(name, learning_rate)
+    return optimizer_class(**arguments)
 
 
 class WarmupLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_mnist import (checkpoint, communication, config as config_lib, job as job_lib,
-                       model as model_lib, progress, run_identity, runtime, timing)
+                       keras_compat, model as model_lib, progress, run_identity, runtime, timing)
 from hvd_mnist.errors import CollectiveError
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
@@ -36,6 +36,8 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     converting Keras's and Horovod's code took a second of tracing in every process.
     """
 
+    sources = keras_compat.tf_variables(model.trainable_variables)  # what Horovod accepts
+
     @tf.function(input_signature=input_signature or [image_spec(model), LABEL_SPEC],
                  autograph=False)
     def train_step(images, labels):
@@ -43,7 +45,7 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
             probabilities = model(images, training=True)
             loss = loss_fn(labels, probabilities)
         tape = hvd.DistributedGradientTape(tape, compression=compression)
-        gradients = tape.gradient(loss, model.trainable_variables)
+        gradients = tape.gradient(loss, sources)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
 
@@ -177,7 +179,8 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                        config.keep_checkpoints, run)
     restored = runtime.on_chief(
         lambda: store.restore_latest() if config.resume else checkpoint.Restored(0))
-    hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
+    hvd.broadcast_variables(keras_compat.tf_variables(model.variables + optimizer.variables),
+                            root_rank=0)
     epochs_done = restored.epoch
     runtime.on_chief(lambda: job_lib.record_start(
         config, topology.size, resumed_after_epoch=epochs_done if config.resume else None))

@@ -1,6 +1,9 @@
 """The trainer with one deliberate bug, to prove that the parity checks can fail.
 
-    horovodrun -np 2 python tests/broken_trainer.py {sum_gradients|no_sharding} [flags]
+    horovodrun -np 2 python tests/broken_trainer.py {sum_gradients|local_gradients|no_sharding} [flags]
+
+The gradient bugs are planted on both paths (--mode=custom and --mode=keras), on Keras 2
+and Keras 3 alike, at the seams where each path averages.
 """
 
 import functools
@@ -8,12 +11,25 @@ import sys
 
 import horovod.tensorflow as hvd
 
-from hvd_mnist import data, main
+from hvd_mnist import data, keras_compat, main
 
 
 def sum_gradients():
     """Sum instead of average the ranks' gradients: a size-times larger step."""
     hvd.DistributedGradientTape = functools.partial(hvd.DistributedGradientTape, op=hvd.Sum)
+    grouped_allreduce = hvd.grouped_allreduce  # the Keras 3 fit path's optimizer calls it
+    hvd.grouped_allreduce = lambda tensors, op=None, **kwargs: grouped_allreduce(
+        tensors, op=hvd.Sum, **kwargs)
+    import horovod.tensorflow.keras as hvd_keras  # the Keras 2 fit path's optimizer
+    hvd_keras.DistributedOptimizer = functools.partial(hvd_keras.DistributedOptimizer,
+                                                       op=hvd.Sum)
+
+
+def local_gradients():
+    """No averaging at all: every rank steps on its own gradients, and the ranks drift apart."""
+    hvd.DistributedGradientTape = lambda tape, **kwargs: tape
+    keras_compat.make_distributed_optimizer = (
+        lambda optimizer_class, arguments, *args: optimizer_class(**arguments))
 
 
 def no_sharding():
@@ -24,5 +40,6 @@ def no_sharding():
 
 
 if __name__ == "__main__":
-    {"sum_gradients": sum_gradients, "no_sharding": no_sharding}[sys.argv.pop(1)]()
+    {"sum_gradients": sum_gradients, "local_gradients": local_gradients,
+     "no_sharding": no_sharding}[sys.argv.pop(1)]()
     main.run()

@@ -83,14 +83,17 @@ def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path, refer
     assert off <= MAX_FRACTION_OFF
 
 
-@pytest.mark.parametrize("bug", ["sum_gradients", "no_sharding"])
+@pytest.mark.parametrize("bug,mode", [
+    ("sum_gradients", "custom"), ("sum_gradients", "keras"),
+    ("local_gradients", "custom"), ("local_gradients", "keras"), ("no_sharding", "custom")])
 def test_the_checks_catch_a_broken_trainer(tiny_data_dir, tmp_path, reference_weights,
-                                           record_property, bug):
+                                           record_property, bug, mode):
     broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
-    weights = train_weights(tiny_data_dir, tmp_path, bug, 2, *TEN_STEPS, command=broken)
+    weights = train_weights(tiny_data_dir, tmp_path, bug, 2, f"--mode={mode}", *TEN_STEPS,
+                            command=broken)
     difference = max_abs_difference(reference_weights, weights)
     off = fraction_beyond(reference_weights, weights, INVARIANCE_TOLERANCE)
-    report(record_property, f"broken_{bug}_np2_vs_custom_np1", difference)
+    report(record_property, f"broken_{bug}_{mode}_np2_vs_custom_np1", difference)
     print(f"  fraction of weights beyond {INVARIANCE_TOLERANCE:g}: {off:.5f}")
     # A real bug misses by orders of magnitude, in most weights, not by rounding.
     assert difference > 100 * INVARIANCE_TOLERANCE and off > 50 * MAX_FRACTION_OFF

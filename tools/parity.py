@@ -44,13 +44,21 @@ def verdict(results):
             "passed": passed}
 
 
+def stack() -> str:
+    """TensorFlow's and Keras's versions in this process, as the report names them."""
+    from hvd_mnist import keras_compat  # first: it chooses tf.keras
+    import tensorflow as tf
+
+    return f"TensorFlow {tf.__version__}, Keras {keras_compat.keras_version()}"
+
+
 def markdown(results, outcome, np_, machine, when):
     custom, keras = results["custom"], results["keras"]
     lines = [
         "# Parity report: custom loop vs Keras fit",
         "",
         f"Produced by `tools/parity.py` (`make parity`) on {when}, on {machine}, at -np {np_} "
-        "(Horovod with Gloo, tensorflow-cpu 2.15.1), default recipe (Adadelta 1.0 x workers, "
+        f"(Horovod with Gloo, {stack()}), default recipe (Adadelta 1.0 x workers, "
         "128 images per worker, 12 epochs of 60,000 images over all workers).",
         "",
         "| epoch | custom test loss | custom test accuracy | keras test loss "

@@ -14,7 +14,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from hvd_mnist import data, model as model_lib  # noqa: E402  first: sets TF_USE_LEGACY_KERAS
+from hvd_mnist import data, model as model_lib  # noqa: E402  first: it chooses tf.keras
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -4,8 +4,8 @@
 # the build has TensorFlow and Gloo. Each step is skipped when already done, so
 # a second run takes seconds. Why this order: BUILD_NOTES.md.
 #
-#   tools/setup.sh                          CPU host, TF 2.15 in .venv
-#   TF=2.18 VENV=.venv-tf2.18 tools/setup.sh  TF 2.18 + tf-keras (also 2.16, 2.17, 2.19)
+#   tools/setup.sh                          CPU host, TF 2.21 + Keras 3 in .venv
+#   TF=2.15 VENV=.venv-tf2.15 tools/setup.sh  TF 2.15 (Keras 2); 2.16-2.19 add tf-keras
 #   TF_FLAVOR=gpu tools/setup.sh            GPU host: tensorflow[and-cuda]
 #   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it
 #
@@ -14,9 +14,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
-PYTHON=${PYTHON:-python3.11}
+PYTHON=${PYTHON:-}
 TF_FLAVOR=${TF_FLAVOR:-cpu}
-TF=${TF:-2.15}
+TF=${TF:-2.21}
 PINS=$ROOT/tools/pins/tf$TF.txt
 HOROVOD_VERSION=0.28.1
 LOG_DIR=$VENV/setup-logs
@@ -52,8 +52,35 @@ pinned() {  # the version tools/pins/tf<TF>.txt gives a distribution, or nothing
 }
 TF_VERSION=$(pinned $tf_dist)
 
-if ! command -v "$PYTHON" >/dev/null; then
-  echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+# The Pythons a TensorFlow version has wheels for: the pins file's "# pythons:" line,
+# the first being the one used when PYTHON is not given.
+read -r -a pythons < <(sed -n 's/^# pythons: //p' "$PINS")
+python_version_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+find_python() {  # python3.X on PATH, else pyenv's, which is not on PATH unless selected
+  local candidate
+  for candidate in "$(command -v "python$1" 2>/dev/null)" \
+                   "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/"$1".*/bin/"python$1"; do
+    if [ -x "$candidate" ] && [ "$(python_version_of "$candidate")" = "$1" ]; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+if [ -z "$PYTHON" ]; then
+  PYTHON=$(find_python "${pythons[0]}") || {
+    echo "setup: no Python ${pythons[0]} found for TF $TF; install it, or pass PYTHON=/path/to/python3.X" \
+         "with X one of ${pythons[*]} (make setup PYTHON=...)" >&2
+    exit 1
+  }
+fi
+python_version=$(python_version_of "$PYTHON") || {
+  echo "setup: PYTHON=$PYTHON does not run; pass PYTHON=/path/to/python (${pythons[*]})" >&2
+  exit 1
+}
+if [[ " ${pythons[*]} " != *" $python_version "* ]]; then
+  echo "setup: TF $TF has no wheels for Python $python_version ($PYTHON); pass PYTHON= one of" \
+       "${pythons[*]}" >&2
   exit 1
 fi
 

@@ -27,7 +27,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist import model as model_lib, runtime, train  # noqa: E402
+from hvd_mnist import keras_compat, model as model_lib, runtime, train  # noqa: E402
 from hvd_mnist.timing import WINDOW_STEPS  # noqa: E402
 
 
@@ -37,7 +37,8 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
     respect to a zero probe variable, so it is averaged in the gradients' allreduce), or
     "none" (each rank's own loss)."""
     probe = tf.Variable(0.0, name="loss_probe")
-    sources = [*model.trainable_variables, probe]
+    weights = keras_compat.tf_variables(model.trainable_variables)
+    sources = [*weights, probe]
 
     @tf.function(input_signature=[train.image_spec(model), train.LABEL_SPEC],
                  autograph=autograph)
@@ -49,7 +50,7 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
         if loss_average == "gradients":
             *gradients, mean_loss = tape.gradient(probed_loss, sources)
         else:
-            gradients = tape.gradient(loss, model.trainable_variables)
+            gradients = tape.gradient(loss, weights)
             mean_loss = (hvd.allreduce(loss, op=hvd.Average, name="train_loss")
                          if loss_average == "allreduce" else loss)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
@@ -77,7 +78,8 @@ def build(name, make_step, seed):
              else model_lib.build_model())
     optimizer = model_lib.make_optimizer("adam", 0.001 * hvd.size())
     optimizer.build(model.trainable_variables)
-    hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
+    hvd.broadcast_variables(keras_compat.tf_variables(model.variables + optimizer.variables),
+                            root_rank=0)
     return make_step(model, optimizer, model_lib.make_loss())
 
 

@@ -1,0 +1,147 @@
+"""Keras 3 and Keras 2 under Horovod 0.28.1: every difference between them, in one place.
+
+TensorFlow 2.21 (the default) brings Keras 3. TensorFlow 2.15's tf.keras is Keras 2,
+and TF 2.16-2.19 get Keras 2 from the tf-keras package (make setup TF=2.16..2.19
+installs it). Horovod 0.28.1, its last release, predates Keras 3: handed Keras 3
+variables, its DistributedGradientTape and broadcast_variables fail (`.ref`,
+`assign`), and its Keras DistributedOptimizer fails inside fit() (horovod#4290).
+What does work is handing Horovod the tf.Variable under each Keras 3 variable
+(`tf_variables`) and averaging gradients inside the optimizer itself
+(`distributed_optimizer_class`). The trainers call these helpers and never ask
+which Keras they run on.
+
+Where tf-keras is installed beside Keras 3, importing hvd_mnist (its __init__ imports
+this module before anything imports TensorFlow) sets TF_USE_LEGACY_KERAS=1 unless the
+variable is already set, so those environments keep Keras 2. TensorFlow reads the
+variable when tf.keras is first used; child processes inherit it. This module must
+not import TensorFlow at import time.
+"""
+
+import importlib.metadata
+import importlib.util
+import os
+
+from hvd_mnist.errors import UserFacingError
+
+VARIABLE = "TF_USE_LEGACY_KERAS"
+# The values TensorFlow's own check accepts as "on".
+ON_VALUES = ("1", "true", "True")
+
+
+def major(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+if importlib.util.find_spec("tf_keras") is not None and major(
+        installed_version("keras") or "0") >= 3:
+    os.environ.setdefault(VARIABLE, "1")
+
+
+def keras_version() -> str:
+    """The version of the Keras behind tf.keras: `keras` 2.15 on TF 2.15, `tf_keras` with
+    the variable on, `keras` 3 otherwise. tf.keras itself has no __version__ on 2.15;
+    its submodules' names say which package it resolved to."""
+    import tensorflow as tf
+
+    package = tf.keras.layers.__name__.split(".")[0]
+    return importlib.import_module(package).__version__
+
+
+def is_keras3() -> bool:
+    return major(keras_version()) >= 3
+
+
+def check_keras() -> None:
+    """Raises UserFacingError, in one line, where tf.keras cannot be imported at all."""
+    import tensorflow as tf
+
+    try:
+        keras_version()
+    except ImportError:
+        minor = ".".join(tf.__version__.split(".")[:2])
+        raise UserFacingError(
+            f"tf.keras cannot be imported: {VARIABLE}={os.environ.get(VARIABLE)} asks for "
+            f"tf-keras, which is not installed; unset {VARIABLE} to train on Keras 3, or "
+            f"pip install 'tf-keras~={minor}.0'") from None
+
+
+def tf_variables(variables) -> list:
+    """The tf.Variables Horovod can broadcast and differentiate against.
+
+    A Keras 3 variable wraps one (`.value`, outside an autocast scope); a Keras 2
+    variable is one already.
+    """
+    import tensorflow as tf
+
+    return [v if isinstance(v, tf.Variable) else v.value for v in variables]
+
+
+def dropout_layer(rate: float, dtype):
+    """A Dropout layer whose random stream `reseed_dropout` can restart.
+
+    Keras 2's default dropout draws from stateful kernels whose position lives in
+    TF's runtime, out of reach of a checkpoint: "stateful" gives each layer its own
+    tf.random.Generator instead. Keras 3's draws from a seed variable of the layer's own.
+    """
+    import tensorflow as tf
+
+    if is_keras3():
+        return tf.keras.layers.Dropout(rate, dtype=dtype)
+    return tf.keras.layers.Dropout(rate, rng_type="stateful", dtype=dtype)
+
+
+def reseed_dropout(layer, seed: int) -> None:
+    """Restarts one Dropout layer's random stream from `seed` (Keras keeps no public handle
+    on it: Keras 3's `seed_generator`, Keras 2's `_random_generator`)."""
+    if is_keras3():
+        if layer.rate > 0:  # Keras 3 gives a rate-0 layer no stream at all
+            layer.seed_generator.state.assign([seed, 0])
+        return
+    rng = layer._random_generator
+    rng._maybe_init()  # no-op once the layer is built
+    rng._generator.reset_from_seed(seed)
+
+
+def make_distributed_optimizer(optimizer_class, arguments: dict, compression,
+                               backward_passes_per_step: int):
+    """The fit() path's optimizer: `optimizer_class(**arguments)`, averaging gradients over ranks.
+
+    Keras 2: Horovod's own Keras DistributedOptimizer wraps it (and accumulates
+    `backward_passes_per_step` batches, averaging them). Keras 3: a subclass whose
+    update step first averages the gradients with one grouped allreduce. Keras 3's own
+    gradient accumulation calls the update step once every K batches with their mean,
+    so there too one allreduce serves K batches.
+    """
+    import horovod.tensorflow as hvd
+
+    if not is_keras3():
+        import horovod.tensorflow.keras as hvd_keras
+
+        return hvd_keras.DistributedOptimizer(
+            optimizer_class(**arguments), compression=compression,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=True)  # the mean of K batches, as the custom loop
+
+    class DistributedOptimizer(optimizer_class):
+        # The update step receives the gradients an update will use: after Keras's
+        # accumulation, before the optimizer's slots see them. (`apply`, the public
+        # entry, runs on every batch, also on those that only accumulate.)
+        def _backend_update_step(self, grads, trainable_variables, learning_rate):
+            grads = hvd.grouped_allreduce(list(grads), op=hvd.Average, compression=compression)
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+
+    if backward_passes_per_step > 1:
+        arguments = {**arguments, "gradient_accumulation_steps": backward_passes_per_step}
+    return DistributedOptimizer(**arguments)
+
+
+def model_file_suffix() -> str:
+    """What fit()'s per-epoch model files end in: Keras 3's own format, Keras 2's HDF5."""
+    return ".keras" if is_keras3() else ".h5"
