@@ -14,7 +14,7 @@ from hvd_mnist.errors import UserFacingError
 
 # What the saved variables mean. Optimizer slots are saved as a list, so another
 # optimizer with slots of the same shapes would restore silently into the wrong ones.
-BINDING_FLAGS = ("mode", "optimizer")
+BINDING_FLAGS = ("mode", "optimizer", "float64")
 BINDING_STRUCTURE = {  # key: how a person would name it
     "model_variables": "the model's variables",
     "optimizer_hyperparameters": "the optimizer's hyper-parameters",
@@ -24,7 +24,8 @@ BINDING_STRUCTURE = {  # key: how a person would name it
 # (-np alone is not among them: with --global_batch_size it changes only rounding; with
 # a per-worker batch it changes the global batch and the scaled rate, which are.)
 RESULT_CHANGING = ("global_batch_size", "learning_rate", "lr_schedule", "warmup_epochs",
-                   "seed", "dropout", "steps_per_epoch")
+                   "seed", "dropout", "steps_per_epoch", "backward_passes_per_step",
+                   "fp16_allreduce", "input")
 # Everything else may change freely: -np, epochs (but see below), log_every,
 # keep_checkpoints, threads_per_rank, data_dir, deterministic, target_accuracy, ...
 
@@ -41,6 +42,7 @@ def of_run(config: config_lib.TrainConfig, batching: config_lib.Batching, num_wo
     return {
         "mode": config.mode,
         "optimizer": config.optimizer,
+        "float64": config.float64,
         "optimizer_hyperparameters": hyperparameters,
         "optimizer_variables": _shapes(optimizer.variables),
         "model_variables": _shapes(model.variables),
@@ -54,6 +56,9 @@ def of_run(config: config_lib.TrainConfig, batching: config_lib.Batching, num_wo
         "seed": config.seed,
         "dropout": config.dropout,
         "steps_per_epoch": steps_per_epoch,
+        "backward_passes_per_step": config.backward_passes_per_step,
+        "fp16_allreduce": config.fp16_allreduce,
+        "input": config.input,
     }
 
 
