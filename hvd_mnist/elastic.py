@@ -276,7 +276,7 @@ def _train(state: TrainingState, run: _Run) -> dict:
     summary.update(steps=state.train_steps, elastic={"starts": state.starts},
                    images_per_second=(state.images_trained / summary["train_seconds"]
                                       if summary["train_seconds"] else 0.0))
-    job_lib.finish(config, summary)
+    job_lib.finish(config, summary, run.model)
     return summary
 
 

@@ -196,13 +196,13 @@ def format_epoch(record: dict, epochs: int) -> str:
             f"{record['train_seconds']:.1f} s, {record['images_per_second']:.0f} images/s")
 
 
-def finish(config: config_lib.TrainConfig, summary: dict, model=None) -> None:
-    """Rank 0 writes summary.json and the exported model (when given one: --elastic does
-    not export yet), and prints the summary."""
+def finish(config: config_lib.TrainConfig, summary: dict, model) -> None:
+    """Rank 0 writes summary.json and (with --export) the exported model, and prints the
+    summary; every rank calls it."""
     runtime.on_chief(lambda: outputs.write_json(os.path.join(config.model_dir, "summary.json"),
                                                 summary))
     runtime.log(format_summary(summary))
-    if config.export and model is not None:
+    if config.export:
         directory = export.export_on_chief(config.model_dir, model, summary)
         runtime.log(f"exported the model to {directory}: python -m hvd_mnist.predict "
                     f"--model={directory} FILE...")

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (BIN_DIR, HOROVOD_TEST_ENV, TINY_TRAIN, horovodrun, load_weights,
-                      max_abs_difference, trainer_command)
+from conftest import (BIN_DIR, HOROVOD_TEST_ENV, TINY_TEST, TINY_TRAIN, horovodrun,
+                      load_weights, max_abs_difference, trainer_command)
 from hvd_mnist import data, elastic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -181,7 +181,20 @@ def assert_finished_like_a_normal_run(model_dir, epochs, num_workers, first_epoc
     for rank in range(num_workers):
         weights = load_weights(model_dir / f"weights/weights_rank{rank}.npz")
         assert all(np.isfinite(w).all() for w in weights)
+    about = json.loads((model_dir / "export/hvd_mnist_export.json").read_text())
+    assert (about["epochs_run"], about["num_workers"]) == (epochs - first_epoch + 1, num_workers)
     return summary
+
+
+def assert_export_reproduces_the_accuracy(model_dir, summary, tiny_data_dir):
+    predicted = subprocess.run(
+        [sys.executable, "-m", "hvd_mnist.predict", f"--model={model_dir / 'export'}",
+         "--test_split", f"--data_dir={tiny_data_dir}"], capture_output=True, text=True,
+        timeout=300)
+    assert predicted.returncode == 0, predicted.stderr
+    correct = round(summary["test_accuracy"] * TINY_TEST)
+    assert predicted.stdout.splitlines()[-1] == (
+        f"accuracy: {100 * correct / TINY_TEST:.2f}% ({correct} of {TINY_TEST} images)")
 
 
 @pytest.mark.horovodrun
@@ -210,7 +223,8 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
     assert returncode == 0, output
     # First, as exit 0 does not prove it: a driver that gives up waiting for hosts
     # ends the job with exit 0 (Horovod 0.28.1).
-    assert_finished_like_a_normal_run(tmp_path, epochs=3, num_workers=1)
+    summary = assert_finished_like_a_normal_run(tmp_path, epochs=3, num_workers=1)
+    assert_export_reproduces_the_accuracy(tmp_path, summary, tiny_data_dir)
 
     kept, redone, starts = read_example_log(tmp_path)
     assert [r["size"] for n in sorted(starts) for r in starts[n]] == [2, 2, 1]
