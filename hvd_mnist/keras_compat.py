@@ -7,7 +7,7 @@ variables, its DistributedGradientTape and broadcast_variables fail (`.ref`,
 `assign`), and its Keras DistributedOptimizer fails inside fit() (horovod#4290).
 What does work is handing Horovod the tf.Variable under each Keras 3 variable
 (`tf_variables`) and averaging gradients inside the optimizer itself
-(`distributed_optimizer_class`). The trainers call these helpers and never ask
+(`make_distributed_optimizer`). The trainers call these helpers and never ask
 which Keras they run on.
 
 Where tf-keras is installed beside Keras 3, importing hvd_mnist (its __init__ imports
@@ -68,8 +68,8 @@ def check_keras() -> None:
         minor = ".".join(tf.__version__.split(".")[:2])
         raise UserFacingError(
             f"tf.keras cannot be imported: {VARIABLE}={os.environ.get(VARIABLE)} asks for "
-            f"tf-keras, which is not installed; unset {VARIABLE} to train on Keras 3, or "
-            f"pip install 'tf-keras~={minor}.0'") from None
+            f"tf-keras, which is not installed; unset {VARIABLE} to use the Keras TensorFlow "
+            f"brings, or pip install 'tf-keras~={minor}.0'") from None
 
 
 def tf_variables(variables) -> list:

@@ -2,9 +2,9 @@
 
 A distributed optimizer (Adadelta(1.0 x size) by default; keras_compat.py makes it
 for Keras 2 and Keras 3), rank 0's variables broadcast before the first step,
-metrics averaged over ranks, ModelCheckpoint and verbose output on rank 0 only. It reads the same sharded batches, in the
-same order, as the custom loop, which is what lets the parity tests compare
-the two weight for weight. `--keras_literal` reproduces the example exactly
+metrics averaged over ranks, ModelCheckpoint and verbose output on rank 0 only. It
+reads the same sharded batches, in the same order, as the custom loop, which is what
+lets the parity tests compare the two weight for weight. `--keras_literal` reproduces the example exactly
 instead: every worker reads the whole training set in its own order, for
 ceil(epochs / size) epochs.
 """

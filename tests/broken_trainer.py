@@ -1,6 +1,8 @@
 """The trainer with one deliberate bug, to prove that the parity checks can fail.
 
-    horovodrun -np 2 python tests/broken_trainer.py {sum_gradients|local_gradients|no_sharding} [flags]
+    horovodrun -np 2 python tests/broken_trainer.py BUG [flags]
+
+BUG is sum_gradients, local_gradients or no_sharding.
 
 The gradient bugs are planted on both paths (--mode=custom and --mode=keras), on Keras 2
 and Keras 3 alike, at the seams where each path averages.

@@ -69,6 +69,6 @@ def test_tf_keras_asked_for_but_missing_is_one_line(tiny_data_dir, tmp_path):
     minor = ".".join(tf.__version__.split(".")[:2])
     assert lines == [
         f"hvd_mnist: error: tf.keras cannot be imported: {keras_compat.VARIABLE}=1 asks for "
-        f"tf-keras, which is not installed; unset {keras_compat.VARIABLE} to train on Keras "
-        f"3, or pip install 'tf-keras~={minor}.0'"], result.stderr[-3000:]
+        f"tf-keras, which is not installed; unset {keras_compat.VARIABLE} to use the Keras "
+        f"TensorFlow brings, or pip install 'tf-keras~={minor}.0'"], result.stderr[-3000:]
     assert not (tmp_path / "model").exists()
