@@ -171,8 +171,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                train.make_eval_step(model), timing.StepClock(job.batching.global_batch_size),
                ExampleLog(config.example_log) if config.example_log else None, wall_start)
     state = TrainingState(
-        keras_compat.tf_variables(model.variables + optimizer.variables),
-        lambda first: _prepare_on_chief(run, first),
+        keras_compat.state_variables(model, optimizer), lambda first: _prepare_on_chief(run, first),
         epoch=1, first_epoch=1, position=0, epoch_examples=0, loss_sum=0.0,
         steps_in_epoch=0, epoch_seconds=0.0, train_steps=0, images_trained=0, starts=0,
         finished=False, history=())

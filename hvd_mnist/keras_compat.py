@@ -83,6 +83,12 @@ def tf_variables(variables) -> list:
     return [v if isinstance(v, tf.Variable) else v.value for v in variables]
 
 
+def state_variables(model, optimizer) -> list:
+    """Every model and optimizer variable, as the tf.Variables Horovod broadcasts: rank 0's
+    state, which every rank takes before step 1 (and an elastic job after every reset)."""
+    return tf_variables(model.variables + optimizer.variables)
+
+
 def dropout_layer(rate: float, dtype):
     """A Dropout layer whose random stream `reseed_dropout` can restart.
 

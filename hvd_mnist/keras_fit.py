@@ -4,9 +4,9 @@ A distributed optimizer (Adadelta(1.0 x size) by default; keras_compat.py makes 
 for Keras 2 and Keras 3), rank 0's variables broadcast before the first step,
 metrics averaged over ranks, ModelCheckpoint and verbose output on rank 0 only. It
 reads the same sharded batches, in the same order, as the custom loop, which is what
-lets the parity tests compare the two weight for weight. `--keras_literal` reproduces the example exactly
-instead: every worker reads the whole training set in its own order, for
-ceil(epochs / size) epochs.
+lets the parity tests compare the two weight for weight. `--keras_literal` reproduces
+the example exactly instead: every worker reads the whole training set in its own
+order, for ceil(epochs / size) epochs.
 """
 
 import dataclasses
@@ -173,8 +173,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     # Rank 0's weights and optimizer slots on every rank before the first step, as the
     # custom loop does (train.py says why that beats Horovod's broadcast callback).
     optimizer.build(model.trainable_variables)
-    hvd.broadcast_variables(keras_compat.tf_variables(model.variables + optimizer.variables),
-                            root_rank=0)
+    hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
 
     batch = job.batching.per_rank_batch_size
     monitor = progress.monitor_for_run(

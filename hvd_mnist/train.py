@@ -179,8 +179,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                        config.keep_checkpoints, run)
     restored = runtime.on_chief(
         lambda: store.restore_latest() if config.resume else checkpoint.Restored(0))
-    hvd.broadcast_variables(keras_compat.tf_variables(model.variables + optimizer.variables),
-                            root_rank=0)
+    hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
     epochs_done = restored.epoch
     runtime.on_chief(lambda: job_lib.record_start(
         config, topology.size, resumed_after_epoch=epochs_done if config.resume else None))

@@ -78,8 +78,7 @@ def build(name, make_step, seed):
              else model_lib.build_model())
     optimizer = model_lib.make_optimizer("adam", 0.001 * hvd.size())
     optimizer.build(model.trainable_variables)
-    hvd.broadcast_variables(keras_compat.tf_variables(model.variables + optimizer.variables),
-                            root_rank=0)
+    hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
     return make_step(model, optimizer, model_lib.make_loss())
 
 
