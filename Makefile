@@ -28,7 +28,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 1
 export OMPI_MCA_mpi_yield_when_idle ?= 1
 
 SETUP_STAMP := $(VENV)/.setup-done
-# prepare writes the decoded copy (hvd_mnist/decoded.py) last.
+# prepare writes the decoded copy (hvd_mnist/data/decoded.py) last.
 DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 
 # make plot: test accuracy and loss per epoch of these runs (summary.json or a parity report).

@@ -37,7 +37,7 @@ class TrainConfig:
     learning_rate: float | None = None  # per worker; None: the optimizer's default
     optimizer: str = "adadelta"
     seed: int = 42
-    steps_per_epoch: int = 0  # 0: a full pass over the training split
+    max_steps_per_epoch: int = 0  # 0: a full pass over the training split
     resume: bool = False
     log_every: int = 100
     keep_checkpoints: int = 3
@@ -90,7 +90,7 @@ def resolve_batching(config: TrainConfig, size: int) -> Batching:
     return Batching(config.batch_size, config.batch_size * size, base_rate * size)
 
 
-def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0,
+def resolve_steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0,
                     passes_per_update: int = 1) -> int:
     """Whole global batches in one pass over `num_examples`, optionally capped.
 
@@ -103,7 +103,7 @@ def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0,
     full -= full % passes_per_update
     if cap % passes_per_update:
         raise UserFacingError(
-            f"--steps_per_epoch={cap} is not a multiple of --backward_passes_per_step="
+            f"--max_steps_per_epoch={cap} is not a multiple of --backward_passes_per_step="
             f"{passes_per_update}; an epoch must end with a whole update")
     if full == 0:
         raise UserFacingError(
@@ -111,6 +111,6 @@ def steps_per_epoch(num_examples: int, global_batch_size: int, cap: int = 0,
             "training examples; lower --batch_size or --global_batch_size")
     if cap > full:
         raise UserFacingError(
-            f"--steps_per_epoch={cap} is more than one epoch ({full} steps of "
+            f"--max_steps_per_epoch={cap} is more than one epoch ({full} steps of "
             f"{global_batch_size} examples); lower it or set 0 for a full epoch")
     return cap or full

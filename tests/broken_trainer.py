@@ -13,7 +13,9 @@ import sys
 
 import horovod.tensorflow as hvd
 
-from hvd_mnist import data, keras_compat, main
+from hvd_mnist import main
+from hvd_mnist.data import splits
+from hvd_mnist.process import keras_compat
 
 
 def sum_gradients():
@@ -36,8 +38,8 @@ def local_gradients():
 
 def no_sharding():
     """Every rank trains on rank 0's share: half the global batch, seen twice."""
-    correct = data.rank_batch_indices
-    data.rank_batch_indices = lambda order, steps, batch, rank, size: correct(
+    correct = splits.rank_batch_indices
+    splits.rank_batch_indices = lambda order, steps, batch, rank, size: correct(
         order, steps, batch, 0, size)
 
 

@@ -6,7 +6,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from hvd_mnist import checkpoint, config as config_lib, model as model_lib, run_identity
+from hvd_mnist import config as config_lib
+from hvd_mnist.outputs import checkpoint, run_identity
+from hvd_mnist.training import model as model_lib
 from hvd_mnist.errors import UserFacingError
 
 

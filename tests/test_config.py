@@ -37,25 +37,25 @@ def test_global_batch_not_divisible_by_workers_is_rejected():
     (512, 512, 0, 1),        # one batch exactly
 ])
 def test_steps_per_epoch(num_examples, global_batch, cap, expected):
-    assert config.steps_per_epoch(num_examples, global_batch, cap) == expected
+    assert config.resolve_steps_per_epoch(num_examples, global_batch, cap) == expected
 
 
 def test_batch_larger_than_dataset_is_rejected():
     with pytest.raises(UserFacingError, match="larger than the 511 training examples"):
-        config.steps_per_epoch(511, 512)
+        config.resolve_steps_per_epoch(511, 512)
 
 
 def test_steps_per_epoch_beyond_an_epoch_is_rejected():
-    with pytest.raises(UserFacingError, match="--steps_per_epoch=118 is more than one epoch"):
-        config.steps_per_epoch(60_000, 512, 118)
+    with pytest.raises(UserFacingError, match="--max_steps_per_epoch=118 is more than one epoch"):
+        config.resolve_steps_per_epoch(60_000, 512, 118)
 
 
 def test_accumulation_rounds_a_full_epoch_down_to_whole_updates():
-    assert config.steps_per_epoch(60_000, 256, passes_per_update=4) == 232  # of 234
-    assert config.steps_per_epoch(60_000, 256, 8, passes_per_update=4) == 8
+    assert config.resolve_steps_per_epoch(60_000, 256, passes_per_update=4) == 232  # of 234
+    assert config.resolve_steps_per_epoch(60_000, 256, 8, passes_per_update=4) == 8
 
 
 def test_a_cap_that_splits_an_update_is_rejected():
-    with pytest.raises(UserFacingError, match="--steps_per_epoch=6 is not a multiple of "
+    with pytest.raises(UserFacingError, match="--max_steps_per_epoch=6 is not a multiple of "
                                               "--backward_passes_per_step=4"):
-        config.steps_per_epoch(60_000, 256, 6, passes_per_update=4)
+        config.resolve_steps_per_epoch(60_000, 256, 6, passes_per_update=4)

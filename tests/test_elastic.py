@@ -23,7 +23,9 @@ import tensorflow as tf
 
 from conftest import (BIN_DIR, HOROVOD_TEST_ENV, TINY_TEST, TINY_TRAIN, horovodrun,
                       load_weights, max_abs_difference, trainer_command)
-from hvd_mnist import data, elastic
+from hvd_mnist.data import resharding, splits
+from hvd_mnist.outputs import tensorboard_log
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISCOVER = os.path.join(ROOT, "tools", "discover_hosts.sh")
@@ -36,7 +38,7 @@ FLAGS = ["--batch_size=16", "--log_every=0", "--threads_per_rank=1", "--commit_e
 # --- the position arithmetic, without Horovod -------------------------------------------
 
 def union_of_ranks(order, start, end, per_rank_batch_size, size):
-    steps = [elastic.rest_of_epoch(order, start, end, per_rank_batch_size, rank, size)
+    steps = [resharding.rest_of_epoch(order, start, end, per_rank_batch_size, rank, size)
              for rank in range(size)]
     assert len({len(batches) for batches, _ in steps}) == 1, "ranks run different step counts"
     assert len({tuple(examples) for _, examples in steps}) == 1
@@ -47,7 +49,7 @@ def union_of_ranks(order, start, end, per_rank_batch_size, size):
     (2, 1, 3), (1, 2, 5), (1, 2, 4), (2, 3, 1), (3, 2, 0)])
 def test_resharding_covers_the_rest_of_the_epoch_exactly_once(size_before, size_after,
                                                              steps_before):
-    order = data.epoch_permutation(seed=7, epoch=2, num_examples=TINY_TRAIN)
+    order = splits.epoch_permutation(seed=7, epoch=2, num_examples=TINY_TRAIN)
     per_rank = 16
     end = (TINY_TRAIN // (per_rank * size_before)) * per_rank * size_before
     position = steps_before * per_rank * size_before
@@ -59,18 +61,18 @@ def test_resharding_covers_the_rest_of_the_epoch_exactly_once(size_before, size_
 
 
 def test_an_epoch_from_position_0_is_a_normal_runs_epoch():
-    order = data.epoch_permutation(seed=42, epoch=3, num_examples=TINY_TRAIN)
-    batches, _ = elastic.rest_of_epoch(order, 0, 15 * 32, 16, rank=1, size=2)
-    normal = data.train_epoch_indices(TINY_TRAIN, seed=42, epoch=3, steps=15,
+    order = splits.epoch_permutation(seed=42, epoch=3, num_examples=TINY_TRAIN)
+    batches, _ = resharding.rest_of_epoch(order, 0, 15 * 32, 16, rank=1, size=2)
+    normal = splits.train_epoch_indices(TINY_TRAIN, seed=42, epoch=3, steps=15,
                                       per_rank_batch_size=16, rank=1, size=2)
     assert np.array_equal(np.concatenate(batches), normal)
 
 
 def test_a_short_last_step_may_leave_a_rank_an_empty_batch():
-    split = data.Split(np.zeros([10, 28, 28, 1], np.uint8), np.arange(10, dtype=np.int64))
-    batches, step_examples = elastic.rest_of_epoch(np.arange(10), 6, 10, 2, rank=4, size=5)
+    split = splits.Split(np.zeros([10, 28, 28, 1], np.uint8), np.arange(10, dtype=np.int64))
+    batches, step_examples = resharding.rest_of_epoch(np.arange(10), 6, 10, 2, rank=4, size=5)
     assert step_examples == [4] and [len(b) for b in batches] == [0]
-    shapes = [images.shape[0] for images, _ in elastic.batches_dataset(split, batches, 2)]
+    shapes = [images.shape[0] for images, _ in resharding.batches_dataset(split, batches, 2)]
     assert shapes == [0]
 
 
@@ -201,8 +203,8 @@ def assert_export_reproduces_the_accuracy(model_dir, summary, tiny_data_dir):
 def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir, tmp_path):
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)
-    job = start_elastic(tiny_data_dir, tmp_path, hosts, "--epochs=3",
-                        fault="slow_until_size:1:500")
+    job = start_elastic(tiny_data_dir, tmp_path, hosts, "--epochs=3", "--log_every=5",
+                        "--progress=lines", fault="slow_until_size:1:500")
     # Mid-epoch 2, after step 5 (commits follow steps 4 and 8), kill rank 1.
     victim = wait_for(lambda logs: next(
         (pid for pid, rs in logs.items() for r in rs
@@ -225,6 +227,12 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
     # ends the job with exit 0 (Horovod 0.28.1).
     summary = assert_finished_like_a_normal_run(tmp_path, epochs=3, num_workers=1)
     assert_export_reproduces_the_accuracy(tmp_path, summary, tiny_data_dir)
+    # Progress and TensorBoard as in a normal run, across the resize: epoch 2 is 4 steps
+    # at 2 workers, then the rest (352 examples) in 22 steps of 16 at 1; epoch 3 is 30.
+    assert "epoch 1/3 step 15/15: loss" in output and "epoch 3/3 step 30/30: loss" in output
+    scalars = tensorboard_log.read_scalars(str(tmp_path / "tensorboard"))
+    assert [step for step, _ in scalars["epoch/test_accuracy"]] == [1, 2, 3]
+    assert max(step for step, _ in scalars["train/loss"]) == 15 + 26 + 30
 
     kept, redone, starts = read_example_log(tmp_path)
     assert [r["size"] for n in sorted(starts) for r in starts[n]] == [2, 2, 1]
@@ -271,7 +279,7 @@ def test_a_joining_worker_starts_from_rank_0s_state(tiny_data_dir, tmp_path):
 
 @pytest.mark.horovodrun
 def test_without_failures_elastic_equals_a_normal_run_bitwise(tiny_data_dir, tmp_path):
-    flags = ["--epochs=2", "--steps_per_epoch=6", "--deterministic"]
+    flags = ["--epochs=2", "--max_steps_per_epoch=6", "--deterministic"]
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)
     (tmp_path / "elastic").mkdir()
@@ -294,7 +302,7 @@ def test_without_failures_elastic_equals_a_normal_run_bitwise(tiny_data_dir, tmp
 
 @pytest.mark.horovodrun
 def test_resume_continues_an_elastic_runs_checkpoint_exactly(tiny_data_dir, tmp_path):
-    flags = ["--steps_per_epoch=6", "--deterministic"]
+    flags = ["--max_steps_per_epoch=6", "--deterministic"]
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)
     job = start_elastic(tiny_data_dir, tmp_path, hosts, "--epochs=1", *flags)

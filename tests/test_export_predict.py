@@ -11,7 +11,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import synthetic_digits
-from hvd_mnist import data, export, idx, model as model_lib, predict
+from hvd_mnist import predict
+from hvd_mnist.data import splits, idx
+from hvd_mnist.outputs import export
+from hvd_mnist.training import model as model_lib
 from hvd_mnist.errors import UserFacingError
 
 
@@ -28,7 +31,7 @@ def exported(tmp_path_factory):
 def test_exported_model_predicts_what_the_trained_network_does(exported):
     model, directory = exported
     images, _ = synthetic_digits(100, seed=2)  # the tiny test split's images
-    in_process = model(data.normalize(images[..., np.newaxis], None)[0], training=False).numpy()
+    in_process = model(splits.normalize(images[..., np.newaxis], None)[0], training=False).numpy()
     served = predict.classify(predict.load_model(str(directory)), images)
     # The same weights and ops; the saved graph's fused kernels round the last bit differently.
     assert np.abs(served - in_process).max() <= 1e-6

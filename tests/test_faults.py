@@ -20,7 +20,7 @@ from conftest import (assert_every_rank_said, horovodrun, load_weights, max_abs_
 
 pytestmark = pytest.mark.horovodrun
 
-FLAGS = ["--epochs=3", "--steps_per_epoch=5", "--batch_size=16", "--log_every=5",
+FLAGS = ["--epochs=3", "--max_steps_per_epoch=5", "--batch_size=16", "--log_every=5",
          "--deterministic", "--noexport"]
 WITH_FAULT = os.path.join(os.path.dirname(__file__), "with_fault.py")
 

@@ -60,7 +60,7 @@ def test_resume_continues_at_the_next_epoch(tiny_data_dir, tmp_path):
 def test_resume_without_checkpoint_starts_fresh_and_says_so(tiny_data_dir, tmp_path):
     result = horovodrun(2, trainer_command(f"--data_dir={tiny_data_dir}",
                                            f"--model_dir={tmp_path}", "--epochs=1",
-                                           "--steps_per_epoch=2", "--resume", *QUICK))
+                                           "--max_steps_per_epoch=2", "--resume", *QUICK))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no checkpoint in" in result.stdout and "starting fresh" in result.stdout
 

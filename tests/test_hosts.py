@@ -27,7 +27,7 @@ SSH_FLAGS = ["--ssh-port", "2222", "--ssh-identity-file", f"/run/{PREFIX}-hosts/
              "--disable-cache"]  # else a stopped sshd hides behind an hour-old "reachable"
 # One thread per rank on both sides: by default a rank alone on its host takes
 # both cores, and a different thread count sums in another order (3e-7 apart).
-QUICK = ["--epochs=2", "--steps_per_epoch=4", "--batch_size=16", "--log_every=1",
+QUICK = ["--epochs=2", "--max_steps_per_epoch=4", "--batch_size=16", "--log_every=1",
          "--deterministic", "--threads_per_rank=1"]
 
 
@@ -107,7 +107,7 @@ def test_two_hosts_two_workers_each_and_resume_with_model_dir_on_host_a(
         two_hosts, tiny_data_dir, tmp_path):
     for host in ("hostA", "hostB"):
         (tmp_path / host).mkdir()
-    common = [f"--data_dir={tiny_data_dir}", "--model_dir=model", "--steps_per_epoch=2",
+    common = [f"--data_dir={tiny_data_dir}", "--model_dir=model", "--max_steps_per_epoch=2",
               "--batch_size=16", "--log_every=1"]
     first = on_hosts("hostA:2,hostB:2", 4, per_host_dirs(tmp_path, *trainer_command(
         *common, "--epochs=1")))

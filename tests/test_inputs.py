@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_mnist import data, inputs
+from hvd_mnist.data import splits, inputs
 from hvd_mnist.errors import UserFacingError
 
 BATCH = 20  # per rank
@@ -16,7 +16,7 @@ BATCH = 20  # per rank
 
 def example_ids(tiny_data_dir):
     """pixels -> position in the split as memory mode loads it."""
-    split = data.load_split(tiny_data_dir, "train")
+    split = splits.load_split(tiny_data_dir, "train")
     return {image.tobytes(): i for i, image in enumerate(split.images)}
 
 
@@ -69,7 +69,7 @@ def test_stream_order_is_tf_data_shuffle_not_memory_modes_permutation(tiny_data_
     # by tf.data from (seed, epoch): another (equally -np-invariant) order.
     ids = example_ids(tiny_data_dir)
     (stream,), _ = batches_of_every_rank("stream", tiny_data_dir, 1, ids)
-    memory = data.epoch_permutation(5, 1, 480)[:len(stream) * BATCH].reshape(-1, BATCH)
+    memory = splits.epoch_permutation(5, 1, 480)[:len(stream) * BATCH].reshape(-1, BATCH)
     assert [sorted(b) for b in stream] != [sorted(b) for b in memory.tolist()]
     (again,), _ = batches_of_every_rank("stream", tiny_data_dir, 1, ids)
     (next_epoch,), _ = batches_of_every_rank("stream", tiny_data_dir, 1, ids, epoch=2)

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import keras_compat, model as model_lib
+from hvd_mnist.process import keras_compat
+from hvd_mnist.training import model as model_lib
 
 TF_KERAS_INSTALLED = importlib.util.find_spec("tf_keras") is not None
 TF_MINOR = int(tf.__version__.split(".")[1])

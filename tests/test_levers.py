@@ -26,12 +26,12 @@ def final_weights(tiny_data_dir, tmp_path, name, *flags):
 @pytest.mark.parametrize("mode", ["custom", "keras"])
 def test_k_accumulated_batches_equal_one_batch_k_times_as_large(tiny_data_dir, tmp_path, mode):
     accumulated = final_weights(tiny_data_dir, tmp_path, "k4", f"--mode={mode}",
-                                "--batch_size=8", "--steps_per_epoch=4",
+                                "--batch_size=8", "--max_steps_per_epoch=4",
                                 "--backward_passes_per_step=4")
     one_batch = final_weights(tiny_data_dir, tmp_path, "b32", f"--mode={mode}",
-                              "--batch_size=32", "--steps_per_epoch=1")
+                              "--batch_size=32", "--max_steps_per_epoch=1")
     untrained = final_weights(tiny_data_dir, tmp_path, "none", f"--mode={mode}",
-                              "--batch_size=8", "--steps_per_epoch=4",
+                              "--batch_size=8", "--max_steps_per_epoch=4",
                               "--learning_rate=1e-30", "--backward_passes_per_step=4")
     difference = max_abs_difference(accumulated, one_batch)
     print(f"{mode}: K=4 x 8 vs 1 x 32: {difference:.2e}; "
@@ -43,9 +43,9 @@ def test_k_accumulated_batches_equal_one_batch_k_times_as_large(tiny_data_dir, t
 @pytest.mark.parametrize("mode", ["custom", "keras"])
 def test_fp16_allreduce_trains_and_keeps_the_ranks_identical(tiny_data_dir, tmp_path, mode):
     plain = final_weights(tiny_data_dir, tmp_path, "fp32", f"--mode={mode}", "--batch_size=16",
-                          "--steps_per_epoch=3")
+                          "--max_steps_per_epoch=3")
     fp16 = final_weights(tiny_data_dir, tmp_path, "fp16", f"--mode={mode}", "--batch_size=16",
-                         "--steps_per_epoch=3", "--fp16_allreduce")
+                         "--max_steps_per_epoch=3", "--fp16_allreduce")
     difference = max_abs_difference(plain, fp16)
     print(f"{mode}: fp16 vs fp32 allreduce after 3 steps: {difference:.2e}")
     assert 0 < difference < 1e-3  # float16 rounding of the gradients, nothing more

@@ -46,7 +46,7 @@ def test_fast_recipe_sets_its_values_and_explicit_flags_win(parsed_flags):
     ("--epochs=0", "flag --epochs=0: 0 is not a positive integer"),
     ("--learning_rate=-0.5", "--learning_rate must be > 0"),
     ("--optimizer=rmsprop", "flag --optimizer=rmsprop: value should be one of"),
-    ("--steps_per_epoch=-3", "flag --steps_per_epoch=-3"),
+    ("--max_steps_per_epoch=-3", "flag --max_steps_per_epoch=-3"),
     ("--learning_rate=0", "--learning_rate must be > 0"),
 ])
 def test_bad_flag_values_are_rejected_with_the_flag_name(parsed_flags, flag, message):

@@ -49,7 +49,7 @@ def report(record_property, name, difference):
 
 
 def test_custom_loop_equals_keras_fit_at_one_worker(tiny_data_dir, tmp_path, record_property):
-    twenty_steps = ["--epochs=4", "--steps_per_epoch=5"]  # crosses epoch boundaries too
+    twenty_steps = ["--epochs=4", "--max_steps_per_epoch=5"]  # crosses epoch boundaries too
     custom = train_weights(tiny_data_dir, tmp_path, "custom", 1, *twenty_steps)
     keras = train_weights(tiny_data_dir, tmp_path, "keras", 1, "--mode=keras", *twenty_steps)
     difference = max_abs_difference(custom, keras)
@@ -57,7 +57,7 @@ def test_custom_loop_equals_keras_fit_at_one_worker(tiny_data_dir, tmp_path, rec
     assert difference <= EXACT_TOLERANCE
 
 
-TEN_STEPS = ["--epochs=2", "--steps_per_epoch=5"]
+TEN_STEPS = ["--epochs=2", "--max_steps_per_epoch=5"]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_streamed_input_does_not_depend_on_workers_or_path(
 
 
 FLOAT64_TOLERANCE = 1e-9
-TWENTY_STEPS = ["--epochs=4", "--steps_per_epoch=5"]
+TWENTY_STEPS = ["--epochs=4", "--max_steps_per_epoch=5"]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import synthetic_digits, write_synthetic_idx
-from hvd_mnist import idx, prepare
+from hvd_mnist import prepare
+from hvd_mnist.data import idx
 from hvd_mnist.errors import DataError
 
 

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from hvd_mnist import keras_fit, progress
+from hvd_mnist.outputs import progress
+from hvd_mnist.training import keras_fit
 
 
 class FakeBoard:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import TINY_TEST, TINY_TRAIN, horovodrun, trainer_command
-from hvd_mnist import tensorboard_log
+from hvd_mnist.outputs import tensorboard_log
 
 pytestmark = pytest.mark.horovodrun
 

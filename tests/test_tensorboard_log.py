@@ -3,7 +3,7 @@
 import horovod.tensorflow as hvd
 import pytest
 
-from hvd_mnist import tensorboard_log
+from hvd_mnist.outputs import tensorboard_log
 from hvd_mnist.errors import UserFacingError
 
 

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_mnist import data, model as model_lib, train
+from hvd_mnist.data import splits
+from hvd_mnist.training import model as model_lib, step as step_lib
 
 
 @pytest.fixture(scope="module")
 def tiny_splits(tiny_data_dir):
     hvd.init()
-    return data.load_split(tiny_data_dir, "train"), data.load_split(tiny_data_dir, "test")
+    return splits.load_split(tiny_data_dir, "train"), splits.load_split(tiny_data_dir, "test")
 
 
 def test_training_learns_without_retracing(tiny_splits):
@@ -21,18 +22,18 @@ def test_training_learns_without_retracing(tiny_splits):
     optimizer = model_lib.make_optimizer("adadelta", 1.0)
     # As in the trainer: slots created up front, or the first call traces twice.
     optimizer.build(model.trainable_variables)
-    step = train.make_train_step(model, optimizer, model_lib.make_loss())
-    eval_step = train.make_eval_step(model)
-    test_batches = data.batches_from_indices(
-        test_split, data.eval_indices(len(test_split), 0, 1), 32)
-    before = train.evaluate(eval_step, test_batches)
+    step = step_lib.make_train_step(model, optimizer, model_lib.make_loss())
+    eval_step = step_lib.make_eval_step(model)
+    test_batches = splits.batches_from_indices(
+        test_split, splits.eval_indices(len(test_split), 0, 1), 32)
+    before = step_lib.evaluate(eval_step, test_batches)
     for epoch in (1, 2, 3):
-        indices = data.train_epoch_indices(len(train_split), seed=0, epoch=epoch, steps=15,
+        indices = splits.train_epoch_indices(len(train_split), seed=0, epoch=epoch, steps=15,
                                            per_rank_batch_size=32, rank=0, size=1)
-        for images, labels in data.batches_from_indices(train_split, indices, 32):
+        for images, labels in splits.batches_from_indices(train_split, indices, 32):
             loss = step(images, labels)
             assert np.isfinite(float(loss))
-    after = train.evaluate(eval_step, test_batches)
+    after = step_lib.evaluate(eval_step, test_batches)
     assert step.experimental_get_tracing_count() == 1
     # The short last test batch (100 = 3 * 32 + 4) must not retrace either.
     assert eval_step.experimental_get_tracing_count() == 1
@@ -44,9 +45,9 @@ def test_training_learns_without_retracing(tiny_splits):
 def test_evaluate_counts_loss_and_correct_exactly(tiny_splits):
     _, test_split = tiny_splits
     model = model_lib.build_model()
-    batches = data.batches_from_indices(test_split, data.eval_indices(len(test_split), 0, 1), 33)
-    metrics = train.evaluate(train.make_eval_step(model), batches)
-    probabilities = model(data.normalize(test_split.images, test_split.labels)[0]).numpy()
+    batches = splits.batches_from_indices(test_split, splits.eval_indices(len(test_split), 0, 1), 33)
+    metrics = step_lib.evaluate(step_lib.make_eval_step(model), batches)
+    probabilities = model(splits.normalize(test_split.images, test_split.labels)[0]).numpy()
     expected_accuracy = np.mean(probabilities.argmax(axis=1) == test_split.labels)
     expected_loss = -np.mean(np.log(probabilities[np.arange(len(test_split)), test_split.labels]))
     assert metrics["test_accuracy"] == pytest.approx(expected_accuracy, abs=1e-9)
@@ -55,7 +56,7 @@ def test_evaluate_counts_loss_and_correct_exactly(tiny_splits):
 
 def test_non_finite_loss_is_an_error_naming_where():
     with pytest.raises(Exception, match="loss is nan at epoch 2 step 40"):
-        train.check_finite(float("nan"), "epoch 2 step 40")
+        step_lib.check_finite(float("nan"), "epoch 2 step 40")
 
 
 def test_dropout_masks_depend_only_on_the_reseed_words():

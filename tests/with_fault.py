@@ -26,7 +26,9 @@ import time
 import horovod.tensorflow as hvd
 from tensorflow.python.checkpoint import checkpoint_management
 
-from hvd_mnist import checkpoint, elastic, main, train
+from hvd_mnist import main
+from hvd_mnist.outputs import checkpoint
+from hvd_mnist.training import elastic, loop, step as step_lib
 
 
 def kill_self():
@@ -34,7 +36,7 @@ def kill_self():
 
 
 def kill_before_step(rank, step_number):
-    make_train_step = train.make_train_step
+    make_train_step = step_lib.make_train_step
 
     def make_killing_train_step(*args):
         train_step = make_train_step(*args)
@@ -50,7 +52,7 @@ def kill_before_step(rank, step_number):
             train_step.experimental_get_tracing_count
         return killing_train_step
 
-    train.make_train_step = make_killing_train_step
+    step_lib.make_train_step = make_killing_train_step
 
 
 def kill_in_save(epoch):
@@ -83,6 +85,8 @@ def unwritable_before_save(epoch):
         return save(store, save_epoch)
 
     checkpoint.CheckpointStore.save = save_into_unwritable_directory
+
+
 def kill_in_commit(rank, commit_number):
     calls = [0]
 
@@ -97,7 +101,7 @@ def kill_in_commit(rank, commit_number):
 
 
 def slow_until_size(size, milliseconds):
-    train_epoch = train.train_epoch
+    train_epoch = loop.train_epoch
 
     def slow_train_epoch(*args, after_step=None, **kwargs):
         if hvd.size() != size:
@@ -110,7 +114,7 @@ def slow_until_size(size, milliseconds):
 
         return train_epoch(*args, after_step=slow_after_step, **kwargs)
 
-    train.train_epoch = slow_train_epoch
+    loop.train_epoch = slow_train_epoch
 
 
 if __name__ == "__main__":

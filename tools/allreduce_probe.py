@@ -14,7 +14,8 @@ import time
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist import model as model_lib, runtime
+from hvd_mnist.process import runtime
+from hvd_mnist.training import model as model_lib
 
 BATCH, WARMUP, REPEATS = 128, 3, 15
 

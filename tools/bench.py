@@ -36,7 +36,7 @@ SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(SCRIPT_DIR))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from hvd_mnist.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
+from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 # main before issue 12 (performance against Horovod's example): the "before" of part 5.
 BEFORE_REVISION = "734bae7"
@@ -60,7 +60,7 @@ def use_every_core() -> None:
 def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
     """The same model and optimizer in one process, no Horovod, synthetic batches."""
     import tensorflow as tf
-    from hvd_mnist import model as model_lib
+    from hvd_mnist.training import model as model_lib
 
     tf.keras.utils.set_random_seed(0)
     model = model_lib.build_model()
@@ -93,7 +93,7 @@ def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
 def pipeline_images_per_second(data_dir: str, batch_size: int, size: int,
                                mode: str = "memory") -> float:
     """Rank 0's training input for one epoch at `size` ranks, with nothing consuming it."""
-    from hvd_mnist import inputs
+    from hvd_mnist.data import inputs
     source = inputs.open_input(mode, data_dir, inputs.Shard(0, size), shuffle_buffer=60_000)
     steps = source.usable_train_examples() // (batch_size * size)
     batches = iter(source.train_batches(seed=0, epoch=1, steps=steps,
@@ -192,7 +192,7 @@ def main():
             steps = min(args.throughput_steps, 60_000 // (128 * np_))
             epochs = math.ceil(args.throughput_steps / steps)
             runs[name] = launch_run(name, np_, [f"--mode={mode}", f"--epochs={epochs}",
-                                                f"--steps_per_epoch={steps}"],
+                                                f"--max_steps_per_epoch={steps}"],
                                     args.data_dir, args.out_dir, timeout_seconds=900)
             print(f"{name}: {runs[name]['images_per_second']:.0f} images/s", flush=True)
 
@@ -244,11 +244,11 @@ def startup_levers(data_dir: str, repeats: int = 3) -> dict:
     """Seconds a process spends loading both splits, from the decoded copy (make data) and
     by decoding the TFDS files as before; and importing tensorflow_datasets, which only the
     latter needs (in a fresh process that has imported TensorFlow already)."""
-    from hvd_mnist import data
+    from hvd_mnist.data import splits
     seconds = {"read_decoded_copy": [], "decode_tfds_files": [], "import_tensorflow_datasets": []}
     for _ in range(repeats):
-        for name, load in (("read_decoded_copy", data.load_split),
-                           ("decode_tfds_files", data.decode_split)):
+        for name, load in (("read_decoded_copy", splits.load_split),
+                           ("decode_tfds_files", splits.decode_split)):
             start = time.perf_counter()
             for split in ("train", "test"):
                 load(data_dir, split)
@@ -319,13 +319,13 @@ INPUT_RUN_STEPS = 60  # per epoch, 2 epochs: long enough for steady state and a 
 
 def input_modes(args) -> dict:
     """Part 4: every input mode at -np 2, the pipeline alone and in a short training run."""
-    from hvd_mnist import inputs
+    from hvd_mnist.data import inputs
     out = {}
     for mode in ("memory", "stream", "files"):
         data_dir = args.sharded_data_dir if mode == "files" else args.data_dir
         pipeline = pipeline_images_per_second(data_dir, 128, size=2, mode=mode)
         run = launch_run(f"input_{mode}_np2", 2, [
-            f"--input={mode}", "--epochs=2", f"--steps_per_epoch={INPUT_RUN_STEPS}"],
+            f"--input={mode}", "--epochs=2", f"--max_steps_per_epoch={INPUT_RUN_STEPS}"],
             data_dir, args.out_dir, timeout_seconds=900)
         per_rank_training = run["images_per_second"] / 2
         out[mode] = {

@@ -37,7 +37,7 @@ import tensorflow as tf
 import horovod.tensorflow as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist import idx  # noqa: E402  the IDX reader, for the data-loading line only
+from hvd_mnist.data import idx  # noqa: E402  the IDX reader, for the data-loading line only
 
 
 def horovod_variables(variables):

@@ -14,7 +14,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from hvd_mnist import data, model as model_lib  # noqa: E402  first: it chooses tf.keras
+from hvd_mnist.data import splits  # noqa: E402  first: it chooses tf.keras
+from hvd_mnist.training import model as model_lib  # noqa: E402  first: it chooses tf.keras
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -34,7 +35,7 @@ def main():
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    train, test = data.load_split(args.data_dir, "train"), data.load_split(args.data_dir, "test")
+    train, test = splits.load_split(args.data_dir, "train"), splits.load_split(args.data_dir, "test")
     steps = len(train) // args.global_batch
     tf.keras.utils.set_random_seed(args.seed)
     model = model_lib.build_model()
@@ -51,7 +52,7 @@ def main():
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
                                       model.trainable_variables))
 
-    test_batches = data.batches_from_indices(test, np.arange(len(test)), 500)
+    test_batches = splits.batches_from_indices(test, np.arange(len(test)), 500)
 
     def accuracy():
         correct = sum(int(tf.reduce_sum(tf.cast(tf.argmax(model(x), 1) == y, tf.int32)))
@@ -61,11 +62,11 @@ def main():
     train_seconds = 0.0
     for epoch in range(1, args.epochs + 1):
         model_lib.reseed_dropout(model, (args.seed, 0, epoch))
-        indices = data.train_epoch_indices(len(train), seed=args.seed, epoch=epoch, steps=steps,
+        indices = splits.train_epoch_indices(len(train), seed=args.seed, epoch=epoch, steps=steps,
                                            per_rank_batch_size=args.global_batch, rank=0, size=1)
         start = time.perf_counter()
         for i, (images, labels) in enumerate(
-                data.batches_from_indices(train, indices, args.global_batch), start=1):
+                splits.batches_from_indices(train, indices, args.global_batch), start=1):
             step(images, labels)
             if i in (steps // 2, steps):
                 train_seconds += time.perf_counter() - start

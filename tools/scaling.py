@@ -70,7 +70,7 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
     model_dir = os.path.join(work, name.replace(" ", "_").replace("/", ""))
     on_hosts(host_slots, np_, [sys.executable, "-m", "hvd_mnist.main", f"--data_dir={data_dir}",
                                f"--model_dir={model_dir}", "--epochs=1",
-                               f"--steps_per_epoch={steps}", "--log_every=0",
+                               f"--max_steps_per_epoch={steps}", "--log_every=0",
                                f"--batch_size={BATCH}", *flags],
              model_dir + ".log", env)
     summary = runlib.read_summary(model_dir)

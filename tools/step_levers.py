@@ -5,7 +5,7 @@ WINDOWS rounds, each round WINDOW_STEPS steps of every variant in turn on the sa
 synthetic batch, so a change of machine load hits all of them alike. Images/s over all
 ranks; median of the rounds after the first (tracing and warm-up).
 
-  hvd_mnist          train.make_train_step: the loss averaged by an allreduce of its own
+  hvd_mnist          step_lib.make_train_step: the loss averaged by an allreduce of its own
   loss_on_gradients  the loss averaged inside the gradients' allreduce instead (a probe)
   local_loss         no averaged loss at all: the floor for what averaging it can cost
   static_batch       the batch dimension fixed in the step's signature
@@ -27,12 +27,13 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist import keras_compat, model as model_lib, runtime, train  # noqa: E402
-from hvd_mnist.timing import WINDOW_STEPS  # noqa: E402
+from hvd_mnist.process import keras_compat, runtime  # noqa: E402
+from hvd_mnist.training import model as model_lib, step as step_lib  # noqa: E402
+from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402
 
 
 def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autograph=False):
-    """train.make_train_step with one thing changed. loss_average: "allreduce" (as there),
+    """step_lib.make_train_step with one thing changed. loss_average: "allreduce" (as there),
     "gradients" (the loss as the gradient of loss + probe * stop_gradient(loss) with
     respect to a zero probe variable, so it is averaged in the gradients' allreduce), or
     "none" (each rank's own loss)."""
@@ -40,7 +41,7 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
     weights = keras_compat.tf_variables(model.trainable_variables)
     sources = [*weights, probe]
 
-    @tf.function(input_signature=[train.image_spec(model), train.LABEL_SPEC],
+    @tf.function(input_signature=[step_lib.image_spec(model), step_lib.LABEL_SPEC],
                  autograph=autograph)
     def step(images, labels):
         with tf.GradientTape() as tape:
@@ -60,14 +61,14 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
 
 def variants(batch_size):
     static_signature = [tf.TensorSpec([batch_size, *model_lib.INPUT_SHAPE], tf.float32),
-                        train.LABEL_SPEC]
+                        step_lib.LABEL_SPEC]
     return {
-        "hvd_mnist": train.make_train_step,
+        "hvd_mnist": step_lib.make_train_step,
         "loss_on_gradients": lambda m, o, l: alternative_step(m, o, l, "gradients"),
         "local_loss": lambda m, o, l: alternative_step(m, o, l, "none"),
-        "static_batch": lambda m, o, l: train.make_train_step(
+        "static_batch": lambda m, o, l: step_lib.make_train_step(
             m, o, l, input_signature=static_signature),
-        "keras_dropout": train.make_train_step,
+        "keras_dropout": step_lib.make_train_step,
         "autograph": lambda m, o, l: alternative_step(m, o, l, autograph=True),
     }
 

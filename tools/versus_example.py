@@ -26,7 +26,7 @@ import time
 import runlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for the example too
+from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for the example too
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 IMAGES_IN_ALL = 320 * 128
@@ -74,7 +74,7 @@ def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
         "-m", "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
         f"--model_dir={model_dir}", "--optimizer=adam", "--learning_rate=0.001",
         f"--batch_size={BATCH_SIZE}", "--epochs=1",
-        f"--steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"],
+        f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"],
         model_dir + ".log", TIMEOUT_SECONDS, cwd=checkout)
     if rc != 0:
         raise SystemExit(f"versus_example: {name} failed ({rc}); see {model_dir}.log")

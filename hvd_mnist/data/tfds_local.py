@@ -12,7 +12,8 @@ import os
 import tensorflow_datasets as tfds
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
-from hvd_mnist import idx, quiet
+from hvd_mnist.data import idx
+from hvd_mnist.process import quiet
 
 
 class LocalMnist(tfds_mnist.MNIST, skip_registration=True):

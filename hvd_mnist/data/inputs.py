@@ -1,7 +1,7 @@
 """Where each rank's batches come from: `--input=memory`, `stream` or `files`.
 
 memory  Each split is loaded once into memory (tfds.load, batch_size=-1) and batches
-        are gathered by index (data.py): the epoch's order is numpy's permutation of
+        are gathered by index (splits.py): the epoch's order is numpy's permutation of
         (seed, epoch), rank r takes every size-th example of each global batch.
 stream  Every rank reads the TFDS record files through tf.data every epoch:
         decode -> shuffle(seed from (seed, epoch), --shuffle_buffer) -> take(steps x
@@ -21,11 +21,13 @@ The test split is sharded as in memory mode (rank r: examples r, r+size, ...) in
 every mode except files, where each rank evaluates its own files.
 """
 
+import copy
 import dataclasses
 
 import tensorflow as tf
 
-from hvd_mnist import data, model as model_lib
+from hvd_mnist.data import splits
+from hvd_mnist.training import model as model_lib
 from hvd_mnist.errors import DataError, UserFacingError, short_reason
 
 PREFETCH_BATCHES = 2
@@ -39,11 +41,11 @@ class Shard:
 
 
 class MemoryInput:
-    """Both splits in memory; batches gathered by index (data.py)."""
+    """Both splits in memory; batches gathered by index (splits.py)."""
 
     def __init__(self, data_dir: str, shard: Shard, dtype=tf.float32):
-        self.train_split = data.load_split(data_dir, "train")
-        self.test_split = data.load_split(data_dir, "test")
+        self.train_split = splits.load_split(data_dir, "train")
+        self.test_split = splits.load_split(data_dir, "test")
         self.shard, self.dtype = shard, dtype
         self.num_test_examples = len(self.test_split)
 
@@ -51,16 +53,22 @@ class MemoryInput:
         """How many examples one epoch can draw from (all of them)."""
         return len(self.train_split)
 
+    def for_shard(self, shard: Shard) -> "MemoryInput":
+        """The same splits, batched for another rank of another number of workers."""
+        other = copy.copy(self)
+        other.shard = shard
+        return other
+
     def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int):
-        indices = data.train_epoch_indices(
+        indices = splits.train_epoch_indices(
             len(self.train_split), seed=seed, epoch=epoch, steps=steps,
             per_rank_batch_size=per_rank_batch_size, rank=self.shard.rank, size=self.shard.size)
-        return data.batches_from_indices(self.train_split, indices, per_rank_batch_size,
+        return splits.batches_from_indices(self.train_split, indices, per_rank_batch_size,
                                          self.dtype)
 
     def eval_batches(self, per_rank_batch_size: int):
-        indices = data.eval_indices(len(self.test_split), self.shard.rank, self.shard.size)
-        return data.batches_from_indices(self.test_split, indices, per_rank_batch_size,
+        indices = splits.eval_indices(len(self.test_split), self.shard.rank, self.shard.size)
+        return splits.batches_from_indices(self.test_split, indices, per_rank_batch_size,
                                          self.dtype)
 
 
@@ -71,13 +79,13 @@ class RecordInput:
                  dtype=tf.float32):
         import tensorflow_datasets as tfds  # slow import; only needed here
 
-        data.check_prepared(data_dir)
+        splits.check_prepared(data_dir)
         self.data_dir, self.shard, self.mode = data_dir, shard, mode
         self.shuffle_buffer, self.dtype = shuffle_buffer, dtype
         try:
-            self._builder = tfds.builder(data.DATASET, data_dir=data_dir)
+            self._builder = tfds.builder(splits.DATASET, data_dir=data_dir)
         except (tf.errors.OpError, ValueError) as e:
-            raise DataError(f"cannot read the prepared {data.DATASET} in {data_dir} "
+            raise DataError(f"cannot read the prepared {splits.DATASET} in {data_dir} "
                             f"({short_reason(e)})") from None
         self._tfds = tfds
         if mode == "files":  # fail now, not in the middle of building the pipeline
@@ -121,14 +129,14 @@ class RecordInput:
                 split=split, as_supervised=True, shuffle_files=False, read_config=read_config,
                 decoders={"image": self._tfds.decode.SkipDecoding()})
         except (tf.errors.OpError, ValueError, AssertionError) as e:
-            raise DataError(f"cannot read the {split} split of {data.DATASET} from "
+            raise DataError(f"cannot read the {split} split of {splits.DATASET} from "
                             f"{self.data_dir} ({short_reason(e)})") from None
 
     def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int):
         whole = self.mode == "stream"
         seed_words = (seed, epoch) if whole else (seed, epoch, self.shard.rank)
         ds = self._records("train", whole=whole)
-        ds = ds.shuffle(self.shuffle_buffer, seed=data.seed_from_words(seed_words),
+        ds = ds.shuffle(self.shuffle_buffer, seed=splits.seed_from_words(seed_words),
                         reshuffle_each_iteration=False)
         if whole:
             global_batch_size = per_rank_batch_size * self.shard.size
@@ -152,8 +160,8 @@ class RecordInput:
             return image, tf.cast(label, tf.int64)
 
         ds = ds.map(decode, num_parallel_calls=DECODE_THREADS, deterministic=True)
-        ds = ds.batch(batch_size).map(lambda images, labels: data.normalize(images, labels, dtype))
-        return data.without_autotuning(ds.prefetch(PREFETCH_BATCHES))
+        ds = ds.batch(batch_size).map(lambda images, labels: splits.normalize(images, labels, dtype))
+        return splits.without_autotuning(ds.prefetch(PREFETCH_BATCHES))
 
 
 def open_input(mode: str, data_dir: str, shard: Shard, shuffle_buffer: int, dtype=tf.float32):
@@ -168,7 +176,7 @@ def bytes_per_epoch(data_dir: str, mode: str, shard: Shard) -> int:
     """Record-file bytes one rank reads per epoch (memory mode reads the split once per run)."""
     import tensorflow_datasets as tfds
 
-    info = tfds.builder(data.DATASET, data_dir=data_dir).info.splits["train"]
+    info = tfds.builder(splits.DATASET, data_dir=data_dir).info.splits["train"]
     total = info.num_bytes
     if mode == "memory":
         return 0

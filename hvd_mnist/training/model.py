@@ -6,7 +6,8 @@ so they all train exactly the same network.
 
 import tensorflow as tf
 
-from hvd_mnist import data, keras_compat
+from hvd_mnist.data import splits
+from hvd_mnist.process import keras_compat
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
@@ -45,7 +46,7 @@ def reseed_dropout(model: tf.keras.Model, seed_words: tuple) -> None:
     """
     dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
     for index, layer in enumerate(dropouts):
-        keras_compat.reseed_dropout(layer, data.seed_from_words([*seed_words, index]))
+        keras_compat.reseed_dropout(layer, splits.seed_from_words([*seed_words, index]))
 
 
 def make_loss():

@@ -4,7 +4,7 @@ Its signature `serving_default` takes `images`: uint8, shape (batch, 28, 28), MN
 convention (0 is the background, 255 full ink: a light digit on black, as in the IDX
 files and TFDS), and returns `probabilities`: float32, shape (batch, 10), one row per
 image, summing to 1. Scaling to the network's [0, 1] input happens inside, exactly as
-in training (data.normalize), so a caller never scales. `hvd_mnist_export.json` next
+in training (splits.normalize), so a caller never scales. `hvd_mnist_export.json` next
 to it says what it is and what the run reached; predict refuses a directory without it.
 """
 
@@ -14,7 +14,10 @@ import shutil
 
 import tensorflow as tf
 
-from hvd_mnist import data, keras_compat, model as model_lib, outputs, runtime
+from hvd_mnist.data import splits
+from hvd_mnist.outputs import files
+from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.training import model as model_lib
 
 DIRECTORY = "export"
 MARKER = "hvd_mnist_export.json"
@@ -34,7 +37,7 @@ class Serving(tf.Module):
 
     @tf.function(input_signature=[IMAGES_SPEC])
     def serve(self, images):
-        pixels, _ = data.normalize(images[..., tf.newaxis], None, self._model.inputs[0].dtype)
+        pixels, _ = splits.normalize(images[..., tf.newaxis], None, self._model.inputs[0].dtype)
         probabilities = self._model(pixels, training=False)
         return {"probabilities": tf.cast(probabilities, tf.float32)}  # float64 in tests only
 
@@ -43,7 +46,7 @@ def write(model: tf.keras.Model, directory: str, about: dict) -> None:
     """Writes the SavedModel and its marker into `directory`, replacing an older export
     only once the new one is complete."""
     temporary, previous = f"{directory}.tmp", f"{directory}.old"
-    with outputs.writing(directory, also=(tf.errors.OpError,)):
+    with files.writing(directory, also=(tf.errors.OpError,)):
         for path in (temporary, previous):
             shutil.rmtree(path, ignore_errors=True)
         serving = Serving(model)

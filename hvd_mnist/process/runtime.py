@@ -37,6 +37,11 @@ def configure_determinism(deterministic: bool, environ=os.environ, tf_config=tf.
 
 def init_horovod() -> Topology:
     hvd.init()
+    return topology()
+
+
+def topology() -> Topology:
+    """Where this process runs now (under --elastic, it changes at every reset)."""
     return Topology(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
 
 
@@ -72,8 +77,13 @@ def available_cpus() -> int:
 def configure_threads(threads: int, tf_config=tf.config) -> None:
     # With TF's defaults every rank starts a pool as large as the machine, and
     # several ranks on the same cores then run slower than one.
-    tf_config.threading.set_intra_op_parallelism_threads(threads)
-    tf_config.threading.set_inter_op_parallelism_threads(threads)
+    try:
+        tf_config.threading.set_intra_op_parallelism_threads(threads)
+        tf_config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        # TensorFlow already ran in this process (a notebook, an in-process test): its
+        # pools are fixed by then. A process horovodrun starts never gets here.
+        pass
 
 
 def is_chief() -> bool:

@@ -17,7 +17,8 @@ import os
 
 import tensorflow as tf
 
-from hvd_mnist import outputs, runtime
+from hvd_mnist.outputs import files
+from hvd_mnist.process import runtime
 
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/images_per_second")
 EPOCH_TAGS = ("epoch/train_loss", "epoch/test_loss", "epoch/test_accuracy",
@@ -41,7 +42,7 @@ class TensorBoardLog:
                                "train/images_per_second": images_per_second})
 
     def epoch(self, record: dict, learning_rate: float) -> None:
-        """`record` as job.epoch_record makes it."""
+        """`record` as records.epoch_record makes it."""
         self._write(record["epoch"], {
             "epoch/train_loss": record["train_loss"], "epoch/test_loss": record["test_loss"],
             "epoch/test_accuracy": record["test_accuracy"], "epoch/learning_rate": learning_rate,
@@ -50,7 +51,7 @@ class TensorBoardLog:
     def _write(self, step: int, scalars: dict) -> None:
         def write():
             # Flushed at every write: a run killed mid-epoch still shows its curve so far.
-            with outputs.writing(self.directory, also=(tf.errors.OpError,)):
+            with files.writing(self.directory, also=(tf.errors.OpError,)):
                 if self._writer is None:
                     self._writer = tf.summary.create_file_writer(self.directory)
                 with self._writer.as_default():
@@ -70,8 +71,8 @@ def read_scalars(path: str) -> dict:
     from tensorboard.backend.event_processing import event_accumulator
 
     scalars = {}
-    for root, _, files in os.walk(path):
-        for name in sorted(files):
+    for root, _, names in os.walk(path):
+        for name in sorted(names):
             if not name.startswith("events.out.tfevents"):
                 continue
             accumulator = event_accumulator.EventAccumulator(

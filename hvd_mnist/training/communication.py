@@ -10,7 +10,8 @@ average_aggregated_gradients=True) does on the Keras path.
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, keras_compat
+from hvd_mnist import config as config_lib
+from hvd_mnist.process import keras_compat
 
 
 def compression(config: config_lib.TrainConfig):

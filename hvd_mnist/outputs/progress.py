@@ -23,7 +23,9 @@ import time
 
 import tqdm
 
-from hvd_mnist import config as config_lib, runtime, tensorboard_log
+from hvd_mnist import config as config_lib
+from hvd_mnist.outputs import tensorboard_log
+from hvd_mnist.process import runtime
 
 # The bar asks for the loss (which waits for the step in flight) at most this often.
 BAR_REDRAW_SECONDS = 0.1
@@ -64,13 +66,14 @@ class LogWindow:
         self.images_per_step, self.clock = images_per_step, clock
         self.restart()
 
-    def restart(self) -> None:
-        self._start, self._step, self._loss_sum = self.clock(), 0, 0.0
+    def restart(self, step: int = 0) -> None:
+        """A new window after step `step` of the epoch, with no loss summed yet."""
+        self._start, self._step, self._loss_sum = self.clock(), step, 0.0
 
     def close(self, step: int, loss_sum: float):
         """(mean loss, images/s) of the steps after the previous close up to `step`.
 
-        `loss_sum` is the sum of the epoch's step losses so far.
+        `loss_sum` is the sum of the step losses since `restart`.
         """
         now = self.clock()
         steps = step - self._step
@@ -81,12 +84,13 @@ class LogWindow:
 
 
 def monitor_for_run(config: config_lib.TrainConfig, *, epochs: int, steps_per_epoch: int,
-                    images_per_step: int, learning_rate, draw_bar: bool = True):
-    """The run's TrainingMonitor, writing TensorBoard to model_dir/tensorboard."""
+                    images_per_step: int, learning_rate, draw_bar: bool = True, board=None):
+    """The run's TrainingMonitor, writing TensorBoard to model_dir/tensorboard (or to
+    `board`, a TensorBoardLog that outlives this monitor)."""
     return TrainingMonitor(resolve_mode(config.progress), epochs=epochs,
                            steps_per_epoch=steps_per_epoch, images_per_step=images_per_step,
                            log_every=config.log_every,
-                           board=tensorboard_log.TensorBoardLog(config.model_dir),
+                           board=board or tensorboard_log.TensorBoardLog(config.model_dir),
                            learning_rate=learning_rate, show=runtime.is_chief(),
                            draw_bar=draw_bar)
 
@@ -111,32 +115,42 @@ class TrainingMonitor:
         self.images_per_step = images_per_step
         self._bar = None
 
-    def start_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.window.restart()
+    def start_epoch(self, epoch: int, *, steps: int | None = None, done_steps: int = 0,
+                    steps_before: int | None = None) -> None:
+        """Before the epoch's first step, or (elastic) its first step since a restart.
+
+        `steps`: the epoch's steps (default: the run's steps per epoch); `done_steps`:
+        how many of them are already done; `steps_before`: the run's steps before this
+        epoch, TensorBoard's step axis (default: full epochs of `steps_per_epoch`).
+        """
+        self.epoch, self.epoch_steps, self.done_steps = epoch, steps or self.steps, done_steps
+        self.steps_before = ((epoch - 1) * self.steps if steps_before is None else steps_before)
+        self.window.restart(done_steps)
         self._epoch_start = self._last_draw = time.perf_counter()
         if self.show and self.mode == "bar" and self.draw_bar:
             # Drawn only when step_done says so (never by tqdm's own timing), so the loss is
             # read only for a redraw.
-            self._bar = tqdm.tqdm(total=self.steps, desc=f"epoch {epoch}/{self.epochs}",
+            self._bar = tqdm.tqdm(total=self.epoch_steps, initial=done_steps,
+                                  desc=f"epoch {epoch}/{self.epochs}",
                                   unit="step", file=sys.stdout, leave=True, mininterval=0,
                                   ncols=bar_size()[0], nrows=bar_size()[1],
                                   bar_format="{desc}: {n_fmt}/{total_fmt} |{bar}| "
                                              "{elapsed}<{remaining}{postfix}")
 
     def step_done(self, step: int, loss_sum) -> None:
-        """After step `step` (from 1) of the epoch; `loss_sum()` is the sum of its
-        losses so far, called only when a value is shown or logged."""
+        """After step `step` (from 1) of the epoch; `loss_sum()` is the sum of the
+        losses since start_epoch, called only when a value is shown or logged."""
         now = time.perf_counter()
-        if self._bar is not None and (step >= self.steps
+        if self._bar is not None and (step >= self.epoch_steps
                                       or now - self._last_draw >= BAR_REDRAW_SECONDS):
             self._last_draw = now
-            images_per_second = step * self.images_per_step / max(now - self._epoch_start, 1e-9)
+            done = step - self.done_steps
+            images_per_second = done * self.images_per_step / max(now - self._epoch_start, 1e-9)
             self._bar.n = step
-            self._bar.set_postfix_str(f"loss {loss_sum() / step:.4f}, "
+            self._bar.set_postfix_str(f"loss {loss_sum() / done:.4f}, "
                                       f"{images_per_second:.0f} images/s", refresh=False)
             self._bar.refresh()
-            if step >= self.steps:
+            if step >= self.epoch_steps:
                 self._bar.close()  # the final bar stays, on its own line
                 self._bar = None
             else:
@@ -146,15 +160,15 @@ class TrainingMonitor:
                 sys.stdout.flush()
         if self.log_every and step % self.log_every == 0:
             loss, images_per_second = self.window.close(step, loss_sum())
-            run_step = (self.epoch - 1) * self.steps + step
+            run_step = self.steps_before + step
             if self.show and self.mode == "lines":
-                print(f"epoch {self.epoch}/{self.epochs} step {step}/{self.steps}: loss "
+                print(f"epoch {self.epoch}/{self.epochs} step {step}/{self.epoch_steps}: loss "
                       f"{loss:.4f}, {images_per_second:.0f} images/s", flush=True)
             self.board.train_window(run_step, loss=loss, learning_rate=self.learning_rate(),
                                     images_per_second=images_per_second)
 
     def end_epoch(self, record: dict) -> None:
-        """After the epoch's evaluation; `record` as job.epoch_record makes it."""
+        """After the epoch's evaluation; `record` as records.epoch_record makes it."""
         self.board.epoch(record, self.learning_rate())
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import decoded
+from hvd_mnist.data import decoded
 from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"

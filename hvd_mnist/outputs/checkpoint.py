@@ -16,7 +16,7 @@ import shutil
 
 import tensorflow as tf
 
-from hvd_mnist import run_identity
+from hvd_mnist.outputs import run_identity
 from hvd_mnist.errors import UserFacingError, short_reason
 
 # The checkpoint key of the run record (a tracked string variable named "run").

@@ -19,8 +19,11 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import (communication, config as config_lib, data, job as job_lib, keras_compat,
-                       model as model_lib, outputs, progress, runtime, timing)
+from hvd_mnist import config as config_lib
+from hvd_mnist.data import splits
+from hvd_mnist.outputs import files, progress, records, timing
+from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.training import communication, job as job_lib, model as model_lib
 
 
 class EpochBookkeeping(tf.keras.callbacks.Callback):
@@ -64,12 +67,12 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         test_metrics = {"test_loss": float(logs["val_loss"]),
                         "test_accuracy": float(logs["val_accuracy"]),
                         "test_examples": self.test_examples}
-        record = job_lib.epoch_record(epoch + 1, float(logs["loss"]), test_metrics,
+        record = records.epoch_record(epoch + 1, float(logs["loss"]), test_metrics,
                                       train_seconds=self._train_seconds,
                                       images_trained=self.images_per_epoch)
         self.history.append(record)
         self.monitor.end_epoch(record)
-        if job_lib.end_epoch(self.config, record, self.epochs):
+        if records.end_epoch(self.config, record, self.epochs):
             self.model.stop_training = True
 
 
@@ -104,7 +107,7 @@ class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
         path = self.path_pattern.format(epoch=epoch + 1)
 
         def save():
-            with outputs.writing(path):
+            with files.writing(path):
                 self.model.save(path)
 
         runtime.on_chief(save)
@@ -127,10 +130,10 @@ def train_batches(config: config_lib.TrainConfig, job: job_lib.Job, epochs: int)
     if config.keras_literal:  # --input=memory only (a flag validator says so)
         # The example's workers shuffle the whole set independently.
         split = job.source.train_split
-        orders = [data.epoch_permutation(config.seed, epoch, len(split),
+        orders = [splits.epoch_permutation(config.seed, epoch, len(split),
                                          stream=job.topology.rank)[:job.steps_per_epoch * batch]
                   for epoch in range(1, epochs + 1)]
-        return data.batches_from_indices(split, np.concatenate(orders), batch, job.dtype)
+        return splits.batches_from_indices(split, np.concatenate(orders), batch, job.dtype)
     per_epoch = [job.source.train_batches(seed=config.seed, epoch=epoch,
                                           steps=job.steps_per_epoch, per_rank_batch_size=batch)
                  for epoch in range(1, epochs + 1)]
@@ -141,14 +144,14 @@ def validation_batches(config: config_lib.TrainConfig, job: job_lib.Job):
     batch = job.batching.per_rank_batch_size
     if config.keras_literal:  # every worker validates on the whole test split
         split = job.source.test_split
-        return data.batches_from_indices(split, np.arange(len(split)), batch, job.dtype)
+        return splits.batches_from_indices(split, np.arange(len(split)), batch, job.dtype)
     return job.source.eval_batches(batch)
 
 
 def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job:
     """Every worker steps through the whole training set each epoch."""
-    steps = config_lib.steps_per_epoch(len(job.source.train_split),
-                                       job.batching.per_rank_batch_size, config.steps_per_epoch,
+    steps = config_lib.resolve_steps_per_epoch(len(job.source.train_split),
+                                       job.batching.per_rank_batch_size, config.max_steps_per_epoch,
                                        config.backward_passes_per_step)
     return dataclasses.replace(job, steps_per_epoch=steps)
 
@@ -156,7 +159,7 @@ def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     wall_start = time.perf_counter()
     job = job_lib.start(config)
-    rank, size = job.topology.rank, job.topology.size
+    size = job.topology.size
     epochs = config.epochs
     if config.keras_literal:
         job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
@@ -188,7 +191,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     ]
     callbacks.append(ChiefModelCheckpoint(os.path.join(
         config.model_dir, "checkpoint-{epoch}" + keras_compat.model_file_suffix())))
-    runtime.on_chief(lambda: job_lib.record_start(config, size, resumed_after_epoch=None))
+    runtime.on_chief(lambda: records.record_start(config, size, resumed_after_epoch=None))
     runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
                 f"{batch} images per worker, {epochs} epochs"
                 + (" (literal Horovod example)" if config.keras_literal else ""))
@@ -197,9 +200,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
               validation_data=validation_batches(config, job), callbacks=callbacks,
               verbose=fit_verbosity(monitor.mode) if runtime.is_chief() else 0)
 
-    if config.export_weights_dir:
-        job_lib.export_weights(config.export_weights_dir, model, rank)
-    summary = job_lib.summarize(job, bookkeeping.history, first_epoch=1,
+    summary = records.summarize(job, bookkeeping.history, first_epoch=1,
                                 wall_seconds=time.perf_counter() - wall_start,
                                 clock=bookkeeping.clock, mode="keras")
     monitor.close()

@@ -1,0 +1,5 @@
+"""What a run leaves and shows: checkpoints and the resume record, the per-epoch records
+and summary, the exported model, TensorBoard events, progress, and timing.
+
+Every write goes through files.py, so a failed write is one line naming the file.
+"""

@@ -1,0 +1,129 @@
+"""The custom training loop: epochs of `step.make_train_step`, evaluation, checkpoints.
+
+`train_epoch` runs one epoch's steps and checks their loss; `train_and_evaluate`
+is the run: start (job.py), rank 0's state on every rank before step 1, the
+epochs, and what the run leaves (job.finish). elastic.py runs the same
+`train_epoch` under hvd.elastic.run.
+"""
+
+import time
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist.outputs import checkpoint, progress, records, run_identity, timing
+from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.training import job as job_lib, model as model_lib, step as step_lib
+
+def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
+                steps: int, model, clock: timing.StepClock,
+                monitor: progress.TrainingMonitor, first_step: int = 1,
+                after_step=None) -> float:
+    """The epoch's steps `first_step`..`steps` over `batches`; returns their mean loss,
+    every one checked finite.
+
+    `monitor` shows progress and, every --log_every steps, logs to TensorBoard;
+    `after_step(step, loss)`, if given, runs after each step (elastic.py commits
+    there, and starts an epoch again after a reset at a `first_step` > 1).
+    """
+    loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
+    finite_check = step_lib.DeferredLossCheck()
+    for step, (images, labels) in enumerate(batches, start=first_step):
+        run_step = (epoch - 1) * steps + step
+        testing_aids.inject_nan_if_due(config, run_step, model)
+        loss = train_step(images, labels)
+        clock.step_done()
+        finite_check.push(loss, f"step {run_step} (epoch {epoch}, step {step} of {steps})")
+        loss_total += loss
+        monitor.step_done(step, lambda: float(loss_total))
+        if after_step:
+            after_step(step, loss)
+    finite_check.flush()  # before any checkpoint of this epoch
+    return float(loss_total) / (steps - first_step + 1)
+
+
+def restore_and_broadcast(config: config_lib.TrainConfig, store: checkpoint.CheckpointStore,
+                          model, optimizer) -> int:
+    """Rank 0's state, fresh or restored with --resume, on every rank; returns the
+    epochs already done.
+
+    The optimizer's slots exist by now (train_and_evaluate builds them), so this one
+    broadcast, before step 1, covers the full state. Horovod's examples broadcast
+    after the first step instead, because only that step creates the slots; their
+    step 1 averages gradients taken at different weights on each rank.
+    """
+    restored = runtime.on_chief(
+        lambda: store.restore_latest() if config.resume else checkpoint.Restored(0))
+    hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
+    runtime.on_chief(lambda: records.record_start(
+        config, hvd.size(), resumed_after_epoch=restored.epoch if config.resume else None))
+    log_resume(config, restored, store)
+    return restored.epoch
+
+
+def log_resume(config: config_lib.TrainConfig, restored: checkpoint.Restored,
+               store: checkpoint.CheckpointStore) -> None:
+    if config.resume:
+        runtime.log(f"resuming after epoch {restored.epoch} from {restored.path}"
+                    if restored.epoch else
+                    f"--resume: no checkpoint in {store.directory}, starting fresh")
+        if restored.changes:
+            runtime.log(restored.changes)
+
+
+def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
+    """Trains with the custom loop on every rank; returns the run's summary."""
+    wall_start = time.perf_counter()
+    job = job_lib.start(config)
+    topology, batching, steps = job.topology, job.batching, job.steps_per_epoch
+
+    tf.keras.utils.set_random_seed(config.seed)
+    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
+    optimizer = job_lib.scheduled_optimizer(config, job)
+    optimizer.build(model.trainable_variables)  # the slots, before the broadcast
+    identity = run_identity.of_run(config, batching, topology.size, steps, model, optimizer)
+    store = checkpoint.CheckpointStore(config.model_dir, model, optimizer,
+                                       config.keep_checkpoints, identity)
+    epochs_done = restore_and_broadcast(config, store, model, optimizer)
+
+    train_step = step_lib.train_step_for(config, model, optimizer)
+    eval_step = step_lib.make_eval_step(model)
+    eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
+    runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "
+                f"{batching.global_batch_size} images ({batching.per_rank_batch_size} per "
+                f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
+                f"epochs {epochs_done + 1}..{config.epochs}")
+
+    history, clock = [], timing.StepClock(batching.global_batch_size)
+    monitor = progress.monitor_for_run(config, epochs=config.epochs, steps_per_epoch=steps,
+                                       images_per_step=batching.global_batch_size,
+                                       learning_rate=lambda: float(optimizer.learning_rate))
+    for epoch in range(epochs_done + 1, config.epochs + 1):
+        # Masks differ per rank, as they would on separate machines, and depend
+        # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
+        model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch))
+        batches = job.source.train_batches(seed=config.seed, epoch=epoch, steps=steps,
+                                           per_rank_batch_size=batching.per_rank_batch_size)
+        epoch_start = time.perf_counter()
+        clock.epoch_started()
+        monitor.start_epoch(epoch)
+        train_loss = train_epoch(config, train_step, batches, epoch=epoch, steps=steps,
+                                 model=model, clock=clock, monitor=monitor)
+        record = records.epoch_record(
+            epoch, train_loss, step_lib.evaluate(eval_step, eval_batches),
+            train_seconds=time.perf_counter() - epoch_start,
+            images_trained=steps * batching.global_batch_size)
+        history.append(record)
+        monitor.end_epoch(record)
+        runtime.on_chief(lambda: store.save(epoch))
+        if records.end_epoch(config, record, config.epochs):
+            break
+
+    summary = records.summarize(job, history, first_epoch=epochs_done + 1,
+                                wall_seconds=time.perf_counter() - wall_start, clock=clock,
+                                mode="custom",
+                                train_step_traces=train_step.experimental_get_tracing_count())
+    monitor.close()
+    job_lib.finish(config, summary, model)
+    return summary
