@@ -72,8 +72,8 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 test: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m "not hosts and not long" $(TESTS)
 
-# The elastic jobs and the float64 and streamed-input parity runs: a quarter of an
-# hour of horovodrun jobs more than fits in `make test` (.ci/run runs them too).
+# The float64 and streamed-input parity runs (tests marked `long`): more horovodrun
+# jobs than fit in `make test`'s budget (.ci/run runs them too).
 test-long: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m long
 
