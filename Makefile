@@ -92,20 +92,20 @@ test-repeat: $(SETUP_STAMP)
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
-	$(BIN)/python tools/parity.py --np 2 --data_dir=$(DATA_DIR)
+	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Throughput, memory, start-up, time-to-99% and input modes side by side; reports/bench.json
 # (~17 min).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
-	$(BIN)/python tools/bench.py --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
 
 plot: $(SETUP_STAMP)
-	$(BIN)/python tools/plot.py --out=$(PLOT) $(PLOT_RUNS)
+	$(BIN)/python -m tools.bench.plot --out=$(PLOT) $(PLOT_RUNS)
 
 # 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
 # reports/scaling.md (needs root for the test bed; ~15 min).
 scaling: $(SETUP_STAMP) $(DATA_STAMP)
-	$(BIN)/python tools/scaling.py --data_dir=$(DATA_DIR)
+	$(BIN)/python -m tools.bench.scaling --data_dir=$(DATA_DIR)
 
 clean:
 	rm -rf $(MODEL_DIR)

@@ -1,17 +1,13 @@
-"""The baseline `make bench` compares hvd_mnist with: Horovod's example, as tools/horovod_example.py
-runs it, and the arithmetic both sides' figures go through."""
+"""The baseline `make bench` compares hvd_mnist with: Horovod's example, as
+tools/bench/horovod_example.py runs it, and the arithmetic both sides' figures go through."""
 
 import json
 import os
-import sys
 
 import pytest
 
 from conftest import horovodrun
-
-TOOLS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
-sys.path.insert(0, TOOLS_DIR)
-import versus_example  # noqa: E402
+from tools.bench import launch, versus_example
 
 
 def test_windows_are_counted_as_hvd_mnist_counts_them():
@@ -24,8 +20,10 @@ def test_windows_are_counted_as_hvd_mnist_counts_them():
 def test_horovods_example_trains_on_the_prepared_data_and_reports_every_rank(tiny_data_dir,
                                                                             tmp_path):
     idx_dir = os.path.join(os.path.dirname(tiny_data_dir), "idx")  # written by conftest
-    result = horovodrun(2, [sys.executable, os.path.join(TOOLS_DIR, "horovod_example.py"),
-                            f"--idx_dir={idx_dir}", "--steps=21", f"--out_dir={tmp_path}"])
+    result = horovodrun(2, launch.python_module("tools.bench.horovod_example",
+                                                f"--idx_dir={idx_dir}", "--steps=21",
+                                                f"--out_dir={tmp_path}"),
+                        cwd=launch.REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[0]<stdout>:Step #20\tLoss: " in result.stdout
     assert "[1]<stdout>:Step" not in result.stdout  # only rank 0 prints, as upstream

@@ -1,4 +1,4 @@
-"""hvd_mnist against Horovod's own TF2 MNIST example (tools/horovod_example.py), side by side.
+"""hvd_mnist against Horovod's own TF2 MNIST example (horovod_example.py), side by side.
 
 Both train the same images: IMAGES_IN_ALL = 320 x 128, that is 320 / np steps of 128 per
 worker, Adam 0.001 x workers. hvd_mnist runs as a user would start it (its defaults:
@@ -13,22 +13,18 @@ checkout of hvd_mnist before issue 12 is given), and the report gives medians:
   launch_to_first_step_seconds  launch of horovodrun to rank 0's first finished step
   peak_rss_mib                  the largest peak resident memory of any rank
 
-    python tools/versus_example.py --nps=1,2,4 --repeats=3   (make bench runs it)
+    python -m tools.bench.versus_example --nps=1,2,4 --repeats=3   (make bench runs it)
 """
 
 import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
-import runlib
+from hvd_mnist.outputs.timing import WINDOW_STEPS  # the trainers' window, for the example too
+from tools.bench import launch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for the example too
-
-TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 IMAGES_IN_ALL = 320 * 128
 BATCH_SIZE = 128
 TIMEOUT_SECONDS = 600
@@ -48,9 +44,9 @@ def windows_from_step_times(step_unix_times, images_per_step):
 def run_example(np_, out_dir, idx_dir):
     run_dir = os.path.join(out_dir, f"example_np{np_}")
     launch_unix = time.time()
-    rc, seconds = runlib.launch(np_, [
-        os.path.join(TOOLS_DIR, "horovod_example.py"), f"--idx_dir={idx_dir}",
-        f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}", f"--out_dir={run_dir}"],
+    rc, seconds = launch.job(np_, launch.python_module(
+        "tools.bench.horovod_example", f"--idx_dir={os.path.abspath(idx_dir)}",
+        f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}", f"--out_dir={os.path.abspath(run_dir)}"),
         run_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
         raise SystemExit(f"versus_example: the example failed ({rc}); see {run_dir}.log")
@@ -70,15 +66,15 @@ def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
     """One run of hvd_mnist, from this checkout or (`checkout`) another revision's."""
     model_dir = os.path.abspath(os.path.join(out_dir, f"{name}_np{np_}"))
     launch_unix = time.time()
-    rc, seconds = runlib.launch(np_, [
-        "-m", "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
+    rc, seconds = launch.job(np_, launch.python_module(
+        "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
         f"--model_dir={model_dir}", "--optimizer=adam", "--learning_rate=0.001",
         f"--batch_size={BATCH_SIZE}", "--epochs=1",
-        f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"],
-        model_dir + ".log", TIMEOUT_SECONDS, cwd=checkout)
+        f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"),
+        model_dir + ".log", TIMEOUT_SECONDS, cwd=checkout or launch.REPO_ROOT)
     if rc != 0:
         raise SystemExit(f"versus_example: {name} failed ({rc}); see {model_dir}.log")
-    summary = runlib.read_summary(model_dir)
+    summary = launch.read_summary(model_dir)
     return {"wall_seconds": seconds,
             "images_per_second": steady_images_per_second(
                 summary["timing"]["window_images_per_second"]),

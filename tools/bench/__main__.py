@@ -12,9 +12,9 @@ One run measures, in this order, and writes a table plus reports/bench.json:
   4. each input mode (--input=memory, stream, files) at -np 2: rank 0's input
      pipeline alone (images/s), record bytes a rank reads per epoch, and a short
      training run's images/s and peak RSS per rank (`--only_inputs`: this part alone);
-  5. hvd_mnist against Horovod's own TF2 example (tools/versus_example.py) at -np 1, 2
+  5. hvd_mnist against Horovod's own TF2 example (versus_example.py) at -np 1, 2
      and 4, with hvd_mnist as it was before issue 12 (a git worktree of BEFORE_REVISION)
-     as a third program; then the step's levers (tools/step_levers.py) at -np 2, and one
+     as a third program; then the step's levers (step_levers.py) at -np 2, and one
      vs two TF threads per rank at -np 2 and 4 (`--only_versus`: this part alone).
 Writes reports/bench.json and reports/bench.md (the README's performance tables).
 About 30 minutes on a 2-core machine.
@@ -29,14 +29,11 @@ import subprocess
 import sys
 import time
 
-import runlib
-import versus_example
-
-SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(SCRIPT_DIR))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
+from tools.bench import launch, machine, versus_example  # noqa: E402
+
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 # main before issue 12 (performance against Horovod's example): the "before" of part 5.
 BEFORE_REVISION = "734bae7"
@@ -112,11 +109,12 @@ def launch_run(name, np_, flags, data_dir, out_dir, timeout_seconds):
     args = ["-m", "hvd_mnist.main", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
             "--log_every=0", *flags]
     launch_unix = time.time()
-    rc, seconds = runlib.launch(np_, args, os.path.join(out_dir, f"{name}.log"), timeout_seconds)
+    rc, seconds = launch.job(np_, [sys.executable, *args], os.path.join(out_dir, f"{name}.log"),
+                             timeout_seconds)
     exit_unix = time.time()
     if rc != 0:
         sys.exit(f"bench: run {name} failed ({rc}); see {out_dir}/{name}.log")
-    summary = runlib.read_summary(model_dir)
+    summary = launch.read_summary(model_dir)
     timing = summary["timing"]
     return {
         "np": np_, "flags": flags, "summary": summary,
@@ -164,7 +162,7 @@ def main():
     started = time.perf_counter()
     use_every_core()
 
-    results = {"machine": runlib.machine_description(), "date": runlib.now()}
+    results = {"machine": machine.description(), "date": machine.now()}
     if args.only_versus:
         versus(args, nps, results)
         return write_reports(args, results, started)
@@ -281,8 +279,7 @@ def versus(args, nps, results):
 def checkout(revision: str, directory: str) -> str:
     """A git worktree of `revision` (made once; runs/ is not committed)."""
     if not os.path.isdir(directory):
-        root = os.path.dirname(SCRIPT_DIR)
-        result = subprocess.run(["git", "-C", root, "worktree", "add", "--detach", "-f",
+        result = subprocess.run(["git", "-C", launch.REPO_ROOT, "worktree", "add", "--detach", "-f",
                                  os.path.abspath(directory), revision],
                                 capture_output=True, text=True)
         if result.returncode != 0:
@@ -291,11 +288,11 @@ def checkout(revision: str, directory: str) -> str:
 
 
 def step_levers(np_, out_prefix, flags):
-    rc, _ = runlib.launch(np_, [os.path.join(SCRIPT_DIR, "step_levers.py"),
-                                f"--report={out_prefix}.json", *flags],
-                          out_prefix + ".log", timeout_seconds=900)
+    rc, _ = launch.job(np_, launch.python_module("tools.bench.step_levers",
+                                                 f"--report={out_prefix}.json", *flags),
+                       out_prefix + ".log", timeout_seconds=900)
     if rc != 0:
-        sys.exit(f"bench: step_levers.py failed ({rc}); see {out_prefix}.log")
+        sys.exit(f"bench: step_levers failed ({rc}); see {out_prefix}.log")
     with open(out_prefix + ".json") as f:
         return json.load(f)
 

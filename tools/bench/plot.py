@@ -1,8 +1,8 @@
 """Test accuracy and test loss per epoch of one or more runs, as one PNG.
 
     make plot                                   # runs/mnist/summary.json -> runs/mnist/plot.png
-    python tools/plot.py --out=reports/parity.png reports/parity.json
-    python tools/plot.py --out=both.png runs/a/summary.json runs/b/summary.json
+    python -m tools.bench.plot --out=reports/parity.png reports/parity.json
+    python -m tools.bench.plot --out=both.png runs/a/summary.json runs/b/summary.json
 
 Each input is a run's summary.json, or a parity report (reports/parity.json from
 `make parity`), which holds the summaries of both of its runs. One line per run,

@@ -13,23 +13,20 @@ ranks; median of the rounds after the first (tracing and warm-up).
   autograph          traced with autograph on, as hvd_mnist's step was before (its first
                      call holds the tracing)
 
-    horovodrun -np 2 -H localhost:2 python tools/step_levers.py [--windows=10]
+    horovodrun -np 2 -H localhost:2 python -m tools.bench.step_levers [--windows=10]
 """
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.process import keras_compat, runtime  # noqa: E402
-from hvd_mnist.training import model as model_lib, step as step_lib  # noqa: E402
-from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402
+from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.training import model as model_lib, step as step_lib
+from hvd_mnist.outputs.timing import WINDOW_STEPS
 
 
 def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autograph=False):

@@ -22,22 +22,20 @@ What differs, and only this:
   (`horovod_variables`; upstream's code fails on `.ref`, horovod#4290), and the optimizer's
   `variables` is a list, not a method.
 
-    horovodrun -np 2 -H localhost:2 python tools/horovod_example.py --steps=160 --out_dir=DIR
+    horovodrun -np 2 -H localhost:2 python -m tools.bench.horovod_example --steps=160 --out_dir=DIR
 """
 
 import argparse
 import json
 import os
 import resource
-import sys
 import time
 
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.data import idx  # noqa: E402  the IDX reader, for the data-loading line only
+from hvd_mnist.data import idx  # the IDX reader, for the data-loading line only
 
 
 def horovod_variables(variables):

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-import runlib
+from tools.bench import launch, machine
 
 MIN_ACCURACY = 0.990
 MAX_GAP_POINTS = 0.3
@@ -26,11 +26,11 @@ def run_both(np_, data_dir, out_dir, timeout_seconds):
         model_dir = os.path.join(out_dir, mode)
         args = ["-m", "hvd_mnist.main", f"--mode={mode}", f"--data_dir={data_dir}",
                 f"--model_dir={model_dir}"]
-        rc, seconds = runlib.launch(np_, args, os.path.join(out_dir, f"{mode}.log"),
-                                    timeout_seconds)
+        rc, seconds = launch.job(np_, [sys.executable, *args],
+                                 os.path.join(out_dir, f"{mode}.log"), timeout_seconds)
         if rc != 0:
             sys.exit(f"parity: the {mode} run failed ({rc}); see {out_dir}/{mode}.log")
-        results[mode] = {**runlib.read_summary(model_dir), "launch_seconds": seconds,
+        results[mode] = {**launch.read_summary(model_dir), "launch_seconds": seconds,
                          "command": "horovodrun -np %d -H localhost:%d python %s" % (
                              np_, np_, " ".join(args))}
     return results
@@ -57,7 +57,7 @@ def markdown(results, outcome, np_, machine, when):
     lines = [
         "# Parity report: custom loop vs Keras fit",
         "",
-        f"Produced by `tools/parity.py` (`make parity`) on {when}, on {machine}, at -np {np_} "
+        f"Produced by `python -m tools.bench.parity` (`make parity`) on {when}, on {machine}, at -np {np_} "
         f"(Horovod with Gloo, {stack()}), default recipe (Adadelta 1.0 x workers, "
         "128 images per worker, 12 epochs of 60,000 images over all workers).",
         "",
@@ -104,12 +104,12 @@ def main():
     results = run_both(args.np, args.data_dir, args.out_dir, args.timeout_seconds)
     outcome = verdict(results)
     os.makedirs(args.report_dir, exist_ok=True)
-    machine, when = runlib.machine_description(), runlib.now()
+    where, when = machine.description(), machine.now()
     with open(os.path.join(args.report_dir, "parity.json"), "w") as f:
-        json.dump({"machine": machine, "date": when, "np": args.np, **outcome,
+        json.dump({"machine": where, "date": when, "np": args.np, **outcome,
                    "runs": results}, f, indent=2)
     with open(os.path.join(args.report_dir, "parity.md"), "w") as f:
-        f.write(markdown(results, outcome, args.np, machine, when))
+        f.write(markdown(results, outcome, args.np, where, when))
     print(f"parity: custom {100 * outcome['custom_accuracy']:.2f}%, keras "
           f"{100 * outcome['keras_accuracy']:.2f}%, gap {outcome['gap_points']:.2f} points: "
           f"{'PASS' if outcome['passed'] else 'FAIL'} ({args.report_dir}/parity.md)")

@@ -7,7 +7,7 @@ loop at the seed recipe's 128 images per worker, each lever on each link, and
 reports/scaling.json and reports/scaling.md.
 
 Images/s and step time come from each run's summary: steps 2..N (step 1 traces
-the function). The time in allreduce comes from tools/allreduce_probe.py run on
+the function). The time in allreduce comes from allreduce_probe.py run on
 the same two hosts and link: the gradients' grouped allreduce alone, after a
 barrier. Model: step = compute + 2(n-1)/n * gradient bytes / link rate + the
 allreduce's fixed cost on an unlimited link, divided over K batches when
@@ -22,11 +22,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-import runlib  # noqa: E402
+from tools.bench import launch, machine
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOSTS_TOOL = os.path.join(ROOT, "tools", "hosts.sh")
+HOSTS_TOOL = os.path.join(launch.REPO_ROOT, "tools", "hosts.sh")
 BED_ENV = {"HOSTS_PREFIX": "hvdscale", "HOSTS_DIR": "/run/hvdscale-hosts"}
 SSH_FLAGS = ["--gloo", "--ssh-port", "2222", "--ssh-identity-file",
              "/run/hvdscale-hosts/id_ed25519", "--network-interface", "eth0", "--disable-cache"]
@@ -54,14 +52,10 @@ def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
     flags = SSH_FLAGS
     if "," not in host_slots:  # one host: horovodrun wants its loopback interface
         flags = [("lo" if flag == "eth0" else flag) for flag in SSH_FLAGS]
-    cmd = [HOSTS_TOOL, "exec", "hostA", os.path.join(runlib.BIN_DIR, "horovodrun"),
-           "-np", str(np_), "-H", host_slots, *flags, *command]
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                            env={**os.environ, **runlib.STALL_ENV, **BED_ENV, **(env or {})}
-                            ).returncode
+    rc, _ = launch.run_logged(
+        [HOSTS_TOOL, "exec", "hostA",
+         *launch.horovodrun_command(np_, command, hosts=host_slots, flags=flags)],
+        log_path, timeout, env={**BED_ENV, **(env or {})})
     if rc != 0:
         raise SystemExit(f"scaling: run failed (exit {rc}), see {log_path}")
 
@@ -73,7 +67,7 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
                                f"--max_steps_per_epoch={steps}", "--log_every=0",
                                f"--batch_size={BATCH}", *flags],
              model_dir + ".log", env)
-    summary = runlib.read_summary(model_dir)
+    summary = launch.read_summary(model_dir)
     timing = summary["timing"]
     step_seconds = (timing["last_step_unix_time"] - timing["first_step_unix_time"]) / (steps - 1)
     return {"step_seconds": step_seconds,
@@ -84,8 +78,7 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
 
 def probe(work, name):
     log_path = os.path.join(work, f"probe_{name}.log".replace(" ", "_").replace("/", ""))
-    on_hosts("hostA:1,hostB:1", 2, [sys.executable, os.path.join(ROOT, "tools",
-                                                                  "allreduce_probe.py")],
+    on_hosts("hostA:1,hostB:1", 2, launch.python_module("tools.bench.allreduce_probe"),
              log_path)
     with open(log_path) as f:
         line = next(line for line in f if "PROBE " in line)
@@ -102,7 +95,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--data_dir", default="data/tfds")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--out", default=os.path.join(ROOT, "reports"))
+    parser.add_argument("--out", default=os.path.join(launch.REPO_ROOT, "reports"))
     args = parser.parse_args()
     data_dir = os.path.abspath(args.data_dir)
     started = time.time()
@@ -129,7 +122,7 @@ def main():
     finally:
         hosts("down")
     report = analyse(baseline, rows, probes)
-    report.update({"machine": runlib.machine_description(), "date": runlib.now(),
+    report.update({"machine": machine.description(), "date": machine.now(),
                    "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
                    "wall_seconds": time.time() - started, "delay_applied": delay_applied})
     os.makedirs(args.out, exist_ok=True)
@@ -207,7 +200,8 @@ def markdown(report):
             f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% | "
             f"{1000 * r['allreduce_seconds']:.1f} | {1000 * r['model_step_seconds']:.0f} | "
             f"{100 * r['model_error']:+.0f}% | {1000 * r['overlap_seconds']:.0f} |")
-    lines += ["", "Probe per link (tools/allreduce_probe.py: medians of 15, after a barrier):", "",
+    lines += ["", "Probe per link (tools/bench/allreduce_probe.py: medians of 15, after a "
+              "barrier):", "",
               "| link | compute ms | allreduce fp32 ms | allreduce fp16 ms | gradient bytes |",
               "|---|---|---|---|---|"]
     for link, p in report["probes"].items():

@@ -1,0 +1,11 @@
+"""The benchmarks and reports of the make targets, run from the repository root:
+
+    python -m tools.bench                  make bench    reports/bench.json, bench.md
+    python -m tools.bench.parity           make parity   reports/parity.json, parity.md
+    python -m tools.bench.scaling          make scaling  reports/scaling.json, scaling.md
+    python -m tools.bench.plot             make plot     a PNG of runs' accuracy and loss
+
+Under horovodrun, started by those: horovod_example (Horovod's own MNIST example, the
+baseline), step_levers and allreduce_probe. What they share: launch (the horovodrun
+command line) and machine (the CPU a report names).
+"""
