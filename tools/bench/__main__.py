@@ -20,7 +20,6 @@ Writes reports/bench.json and reports/bench.md (the README's performance tables)
 About 30 minutes on a 2-core machine.
 """
 
-import argparse
 import json
 import math
 import os
@@ -30,6 +29,8 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
 
 from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
 from tools.bench import launch, machine, versus_example  # noqa: E402
@@ -138,27 +139,35 @@ def seconds_to_accuracy(summary, target=TARGET_ACCURACY):
     return None, None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default="data/tfds")
-    parser.add_argument("--out_dir", default="runs/bench")
-    parser.add_argument("--report", default="reports/bench.json")
-    parser.add_argument("--nps", default="1,2,4")
-    parser.add_argument("--throughput_steps", type=int, default=THROUGHPUT_STEPS)
-    parser.add_argument("--skip_accuracy", action="store_true",
-                        help="skip the time-to-99%% runs (the longest part)")
-    parser.add_argument("--sharded_data_dir", default="data/tfds-sharded",
-                        help="the same dataset in 8 files per split, for --input=files")
-    parser.add_argument("--only_inputs", action="store_true",
-                        help="measure the input modes only (part 4)")
-    parser.add_argument("--only_versus", action="store_true",
-                        help="measure against Horovod's example and the levers only (part 5)")
-    parser.add_argument("--idx_dir", default="data/cache/idx",
-                        help="the IDX files make data writes: the example's data")
-    parser.add_argument("--versus_repeats", type=int, default=3)
-    parser.add_argument("--before_revision", default=BEFORE_REVISION)
-    args = parser.parse_args()
-    nps = [int(n) for n in args.nps.split(",")]
+def define_flags():
+    flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
+    flags.DEFINE_string("out_dir", "runs/bench", "Where the runs and their logs go.")
+    flags.DEFINE_string("report", "reports/bench.json", "The JSON report; the Markdown "
+                        "tables go beside it (.md).")
+    flags.DEFINE_list("nps", ["1", "2", "4"], "Numbers of workers of parts 2 and 5.")
+    flags.register_validator("nps", lambda v: all(n.isdigit() and int(n) > 0 for n in v),
+                             message="--nps must be positive integers, e.g. 1,2,4")
+    flags.DEFINE_integer("throughput_steps", THROUGHPUT_STEPS, "Steps of each part 2 run.",
+                         lower_bound=2 * WINDOW_STEPS)
+    flags.DEFINE_bool("skip_accuracy", False, "Skip the time-to-99% runs (the longest part).")
+    flags.DEFINE_string("sharded_data_dir", "data/tfds-sharded", "The same dataset in 8 "
+                        "files per split, for --input=files (make data-sharded).")
+    flags.DEFINE_bool("only_inputs", False, "Measure the input modes only (part 4).")
+    flags.DEFINE_bool("only_versus", False, "Measure against Horovod's example and the "
+                      "levers only (part 5).")
+    flags.DEFINE_string("idx_dir", "data/cache/idx", "The IDX files make data writes: the "
+                        "example's data.")
+    flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
+                         "in part 5.", lower_bound=1)
+    flags.DEFINE_string("before_revision", BEFORE_REVISION, "The revision of hvd_mnist "
+                        "part 5 runs as a third program.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    args = flags.FLAGS
+    nps = [int(n) for n in args.nps]
     started = time.perf_counter()
     use_every_core()
 
@@ -197,9 +206,10 @@ def main():
     if not args.skip_accuracy:
         accuracy = results["time_to_accuracy"] = {}
         target_flag = f"--target_accuracy={TARGET_ACCURACY}"
-        for name, flags in [("seed_custom", ["--mode=custom"]), ("seed_keras", ["--mode=keras"]),
-                            ("fast_custom", ["--mode=custom", "--recipe=fast"])]:
-            run = launch_run(f"accuracy_{name}", 2, [*flags, target_flag], args.data_dir,
+        for name, run_flags in [("seed_custom", ["--mode=custom"]),
+                                ("seed_keras", ["--mode=keras"]),
+                                ("fast_custom", ["--mode=custom", "--recipe=fast"])]:
+            run = launch_run(f"accuracy_{name}", 2, [*run_flags, target_flag], args.data_dir,
                              args.out_dir, timeout_seconds=1800)
             seconds, epoch = seconds_to_accuracy(run["summary"])
             accuracy[name] = {"training_seconds": seconds, "epoch": epoch,
@@ -392,4 +402,5 @@ def table(results, nps):
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

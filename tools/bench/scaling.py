@@ -14,7 +14,6 @@ allreduce's fixed cost on an unlimited link, divided over K batches when
 accumulating; measured overlap = compute + allreduce/K - measured step.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -22,7 +21,11 @@ import sys
 import tempfile
 import time
 
+from absl import app, flags
+
 from tools.bench import launch, machine
+
+FLAGS = flags.FLAGS
 
 HOSTS_TOOL = os.path.join(launch.REPO_ROOT, "tools", "hosts.sh")
 BED_ENV = {"HOSTS_PREFIX": "hvdscale", "HOSTS_DIR": "/run/hvdscale-hosts"}
@@ -91,12 +94,17 @@ def model_step(compute, fixed_seconds, gradient_bytes, bits_per_second, passes):
     return compute + (wire + fixed_seconds) / passes
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data_dir", default="data/tfds")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--out", default=os.path.join(launch.REPO_ROOT, "reports"))
-    args = parser.parse_args()
+def define_flags():
+    flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
+    flags.DEFINE_integer("steps", 40, "Steps per run.", lower_bound=2)
+    flags.DEFINE_string("out", os.path.join(launch.REPO_ROOT, "reports"),
+                        "Where scaling.json and scaling.md go.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    args = FLAGS
     data_dir = os.path.abspath(args.data_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="scaling-")
@@ -111,11 +119,11 @@ def main():
             shaped = hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
             delay_applied[link] = bool(rate) and "no delay" not in shaped
             probes[link] = probe(work, link)
-            for lever, flags, env in LEVERS + (TUNING if rate else []):
-                result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps, flags,
-                               env, data_dir)
+            for lever, lever_flags, env in LEVERS + (TUNING if rate else []):
+                result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps,
+                               lever_flags, env, data_dir)
                 rows.append({"link": link, "link_bits_per_second": bits, "lever": lever,
-                             "flags": flags, "env": env, **result})
+                             "flags": lever_flags, "env": env, **result})
                 print(f"scaling: {link:>10} {lever:<12} {result['images_per_second']:6.0f} "
                       f"images/s, step {1000 * result['step_seconds']:.0f} ms", flush=True)
         hosts("shape", "off")
@@ -221,4 +229,5 @@ def markdown(report):
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

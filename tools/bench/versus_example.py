@@ -13,10 +13,9 @@ checkout of hvd_mnist before issue 12 is given), and the report gives medians:
   launch_to_first_step_seconds  launch of horovodrun to rank 0's first finished step
   peak_rss_mib                  the largest peak resident memory of any rank
 
-    python -m tools.bench.versus_example --nps=1,2,4 --repeats=3   (make bench runs it)
+Part 5 of make bench; `python -m tools.bench --only_versus` runs that part alone.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -133,22 +132,3 @@ def table(comparison) -> str:
                 lines.append(f"| {np_} | **{label}** | "
                              + " | ".join(f"{result[key][k]:.2f}x" for k in KEYS) + " |")
     return "\n".join(lines)
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default="data/tfds")
-    parser.add_argument("--idx_dir", default="data/cache/idx")
-    parser.add_argument("--out_dir", default="runs/bench")
-    parser.add_argument("--nps", default="1,2,4")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--before_checkout", default="",
-                        help="a checkout of hvd_mnist before issue 12, run as a third program")
-    args = parser.parse_args()
-    comparison = compare([int(n) for n in args.nps.split(",")], args.repeats, args.out_dir,
-                         args.data_dir, args.idx_dir, args.before_checkout or None)
-    print(table(comparison))
-
-
-if __name__ == "__main__":
-    main()
