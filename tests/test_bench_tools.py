@@ -1,20 +1,58 @@
-"""The baseline `make bench` compares hvd_mnist with: Horovod's example, as
-tools/bench/horovod_example.py runs it, and the arithmetic both sides' figures go through."""
+"""The bench's own arithmetic (steady state, medians over repeats), and the baseline
+`make bench` compares hvd_mnist with: Horovod's example, as tools/bench/horovod_example.py
+runs it."""
 
 import json
+import math
 import os
 
 import pytest
 
 from conftest import horovodrun
-from tools.bench import launch, versus_example
+from tools.bench import launch, steady_state
 
 
-def test_windows_are_counted_as_hvd_mnist_counts_them():
-    # 41 steps 0.1 s apart, 256 images each: two whole 20-step windows of 2560 images/s.
-    times = [100 + 0.1 * i for i in range(41)]
-    assert versus_example.windows_from_step_times(times, 256) == pytest.approx([2560, 2560])
-    assert versus_example.steady_images_per_second([900, 2000, 2100, 2050]) == 2050
+@pytest.mark.parametrize("windows, expected", [
+    ([900, 2000, 2100, 2050], 2050),  # the first window (tracing) is dropped
+    ([900, 2000, 2100], 2050),        # an even count: the mean of the middle two
+    ([900], 900),                     # a smoke run's one window is kept
+])
+def test_steady_rate_is_the_median_of_the_windows_after_the_first(windows, expected):
+    assert steady_state.images_per_second(windows) == expected
+
+
+def test_a_run_without_a_window_has_no_rate():
+    assert math.isnan(steady_state.images_per_second([]))
+
+
+@pytest.mark.parametrize("step_times, windows", [
+    (41, 2),  # 41 step ends: two windows of 20 steps
+    (40, 1),  # one short of the second window
+    (21, 1),  # a window needs the end of the step before it
+    (20, 0),
+])
+def test_step_times_are_cut_into_the_trainers_windows(step_times, windows):
+    # Steps 0.1 s apart, 256 images each: 2560 images/s in every window.
+    times = [100 + 0.1 * i for i in range(step_times)]
+    assert steady_state.windows_from_step_times(times, 256) == pytest.approx([2560] * windows)
+
+
+def test_seconds_per_step_leave_out_the_first_step():
+    # 40 steps: the first ends at 10.0, the last at 13.9, 39 steps of 0.1 s between them.
+    assert steady_state.seconds_per_step_after_first(10.0, 13.9, 40) == pytest.approx(0.1)
+
+
+def test_repeated_runs_give_the_median_of_each_figure_rank_by_rank():
+    runs = [{"images_per_second": 900, "peak_rss_mib_per_rank": [700, 650], "command": "a"},
+            {"images_per_second": 1000, "peak_rss_mib_per_rank": [720, 640], "command": "b"},
+            {"images_per_second": 950, "peak_rss_mib_per_rank": [710, 660], "command": "c"}]
+    assert steady_state.median_of_runs(runs) == {"images_per_second": 950,
+                                                 "peak_rss_mib_per_rank": [710, 650]}
+
+
+def test_ratios_cover_the_numbers_both_sides_hold():
+    assert steady_state.ratios({"a": 3.0, "b": 1.0, "only_here": 5.0},
+                               {"a": 2.0, "b": 4.0, "text": "x"}) == {"a": 1.5, "b": 0.25}
 
 
 def test_horovods_example_trains_on_the_prepared_data_and_reports_every_rank(tiny_data_dir,

@@ -7,5 +7,6 @@
 
 Under horovodrun, started by those: horovod_example (Horovod's own MNIST example, the
 baseline), step_levers and allreduce_probe. What they share: launch (the horovodrun
-command line) and machine (the CPU a report names).
+command line), steady_state (images/s from a run's windows, medians over repeats) and
+machine (the CPU a report names).
 """

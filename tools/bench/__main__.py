@@ -33,17 +33,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
-from tools.bench import launch, machine, versus_example  # noqa: E402
+from tools.bench import launch, machine, steady_state, versus_example  # noqa: E402
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 # main before issue 12 (performance against Horovod's example): the "before" of part 5.
 BEFORE_REVISION = "734bae7"
 TARGET_ACCURACY = 0.99
-
-
-def median_window_rate(rates):
-    steady = rates[1:] if len(rates) > 1 else rates
-    return statistics.median(steady) if steady else float("nan")
 
 
 def use_every_core() -> None:
@@ -55,8 +50,9 @@ def use_every_core() -> None:
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
-def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
-    """The same model and optimizer in one process, no Horovod, synthetic batches."""
+def plain_tf_images_per_second(batch_size: int, windows: int = 7) -> float:
+    """The same model and optimizer in one process, no Horovod, synthetic batches, counted
+    in the trainers' windows."""
     import tensorflow as tf
     from hvd_mnist.training import model as model_lib
 
@@ -76,8 +72,6 @@ def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
                                       model.trainable_variables))
         return loss
 
-    for _ in range(WINDOW_STEPS):  # trace and warm up
-        step(images, labels)
     rates = []
     for _ in range(windows):
         start = time.perf_counter()
@@ -85,7 +79,7 @@ def plain_tf_images_per_second(batch_size: int, windows: int = 6) -> float:
             loss = step(images, labels)
         float(loss)
         rates.append(WINDOW_STEPS * batch_size / (time.perf_counter() - start))
-    return statistics.median(rates)
+    return steady_state.images_per_second(rates)
 
 
 def pipeline_images_per_second(data_dir: str, batch_size: int, size: int,
@@ -119,7 +113,7 @@ def launch_run(name, np_, flags, data_dir, out_dir, timeout_seconds):
     timing = summary["timing"]
     return {
         "np": np_, "flags": flags, "summary": summary,
-        "images_per_second": median_window_rate(timing["window_images_per_second"]),
+        "images_per_second": steady_state.images_per_second(timing["window_images_per_second"]),
         "peak_rss_mib_per_rank": summary["peak_rss_mib_per_rank"],
         "launch_to_first_step_seconds": timing["first_step_unix_time"] - launch_unix,
         "last_step_to_exit_seconds": exit_unix - timing["last_step_unix_time"],

@@ -23,7 +23,7 @@ import time
 
 from absl import app, flags
 
-from tools.bench import launch, machine
+from tools.bench import launch, machine, steady_state
 
 FLAGS = flags.FLAGS
 
@@ -72,7 +72,8 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
              model_dir + ".log", env)
     summary = launch.read_summary(model_dir)
     timing = summary["timing"]
-    step_seconds = (timing["last_step_unix_time"] - timing["first_step_unix_time"]) / (steps - 1)
+    step_seconds = steady_state.seconds_per_step_after_first(
+        timing["first_step_unix_time"], timing["last_step_unix_time"], steps)
     return {"step_seconds": step_seconds,
             "images_per_second": summary["global_batch_size"] / step_seconds,
             "threads_per_rank": [r["threads_per_rank"] for r in summary["ranks"]],

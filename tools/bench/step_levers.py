@@ -17,7 +17,6 @@ ranks; median of the rounds after the first (tracing and warm-up).
 """
 
 import json
-import statistics
 import time
 
 import horovod.tensorflow as hvd
@@ -27,6 +26,7 @@ from absl import app, flags
 from hvd_mnist.process import keras_compat, runtime
 from hvd_mnist.training import model as model_lib, step as step_lib
 from hvd_mnist.outputs.timing import WINDOW_STEPS
+from tools.bench import steady_state
 
 FLAGS = flags.FLAGS
 
@@ -139,7 +139,8 @@ def main(argv):
                                / (time.perf_counter() - start))
     result = {"np": hvd.size(), "threads_per_rank": threads, "batch_size": args.batch_size,
               "first_call_seconds": first_call_seconds,
-              "images_per_second": {n: statistics.median(r[1:]) for n, r in rates.items()},
+              "images_per_second": {n: steady_state.images_per_second(r)
+                                    for n, r in rates.items()},
               "window_images_per_second": rates}
     base = result["images_per_second"]["hvd_mnist"]
     result["over_hvd_mnist"] = {n: r / base for n, r in result["images_per_second"].items()}

@@ -18,26 +18,13 @@ Part 5 of make bench; `python -m tools.bench --only_versus` runs that part alone
 
 import json
 import os
-import statistics
 import time
 
-from hvd_mnist.outputs.timing import WINDOW_STEPS  # the trainers' window, for the example too
-from tools.bench import launch
+from tools.bench import launch, steady_state
 
 IMAGES_IN_ALL = 320 * 128
 BATCH_SIZE = 128
 TIMEOUT_SECONDS = 600
-
-
-def steady_images_per_second(window_rates):
-    return statistics.median(window_rates[1:] if len(window_rates) > 1 else window_rates)
-
-
-def windows_from_step_times(step_unix_times, images_per_step):
-    """Images/s over consecutive WINDOW_STEPS-step windows, as hvd_mnist's StepClock counts."""
-    return [WINDOW_STEPS * images_per_step / (step_unix_times[i + WINDOW_STEPS]
-                                              - step_unix_times[i])
-            for i in range(0, len(step_unix_times) - WINDOW_STEPS, WINDOW_STEPS)]
 
 
 def run_example(np_, out_dir, idx_dir):
@@ -55,8 +42,8 @@ def run_example(np_, out_dir, idx_dir):
             ranks.append(json.load(f))
     times = ranks[0]["step_unix_times"]
     return {"wall_seconds": seconds,
-            "images_per_second": steady_images_per_second(
-                windows_from_step_times(times, BATCH_SIZE * np_)),
+            "images_per_second": steady_state.images_per_second(
+                steady_state.windows_from_step_times(times, BATCH_SIZE * np_)),
             "launch_to_first_step_seconds": times[0] - launch_unix,
             "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
 
@@ -75,7 +62,7 @@ def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
         raise SystemExit(f"versus_example: {name} failed ({rc}); see {model_dir}.log")
     summary = launch.read_summary(model_dir)
     return {"wall_seconds": seconds,
-            "images_per_second": steady_images_per_second(
+            "images_per_second": steady_state.images_per_second(
                 summary["timing"]["window_images_per_second"]),
             "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
             "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
@@ -98,8 +85,7 @@ def compare(nps, repeats, out_dir, data_dir, idx_dir, before_checkout=None):
                 runs[who].append(run())
             print(f"np {np_}: " + ", ".join(f"{who} {rs[-1]['wall_seconds']:.1f} s"
                                           for who, rs in runs.items()), flush=True)
-        medians = {who: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
-                   for who, rs in runs.items()}
+        medians = {who: steady_state.median_of_runs(rs) for who, rs in runs.items()}
         out[f"np{np_}"] = {"runs": runs, "median": medians,
                            "hvd_mnist_over_example": ratios(medians, "example")}
         if before_checkout:
@@ -108,8 +94,7 @@ def compare(nps, repeats, out_dir, data_dir, idx_dir, before_checkout=None):
 
 
 def ratios(medians, baseline):
-    return {key: medians["hvd_mnist"][key] / medians[baseline][key]
-            for key in medians[baseline]}
+    return steady_state.ratios(medians["hvd_mnist"], medians[baseline])
 
 
 LABELS = {"example": "Horovod's example", "hvd_mnist": "hvd_mnist",
