@@ -1,6 +1,6 @@
-"""The bench's own arithmetic (steady state, medians over repeats), and the baseline
-`make bench` compares hvd_mnist with: Horovod's example, as tools/bench/horovod_example.py
-runs it."""
+"""The bench's own arithmetic (steady state, medians over repeats, ratios against a
+committed report), and the program `make bench` compares hvd_mnist with: Horovod's
+example, as tools/bench/horovod_example.py runs it."""
 
 import json
 import math
@@ -9,7 +9,9 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import launch, steady_state
+from tools.bench import baselines, launch, steady_state
+
+REPORTS = os.path.join(launch.REPO_ROOT, "reports")
 
 
 @pytest.mark.parametrize("windows, expected", [
@@ -48,6 +50,34 @@ def test_repeated_runs_give_the_median_of_each_figure_rank_by_rank():
             {"images_per_second": 950, "peak_rss_mib_per_rank": [710, 660], "command": "c"}]
     assert steady_state.median_of_runs(runs) == {"images_per_second": 950,
                                                  "peak_rss_mib_per_rank": [710, 650]}
+
+
+def test_the_committed_bench_report_is_a_baseline_at_every_np():
+    report = baselines.load(os.path.join(REPORTS, "bench.json"))
+    ratios = baselines.versus_example_ratios(report)
+    assert set(ratios) == {"np1", "np2", "np4"}
+    for figures in ratios.values():
+        assert {"images_per_second", "launch_to_first_step_seconds"} <= set(figures)
+
+
+def test_a_ratio_is_set_beside_the_baselines_by_dividing_them():
+    today = {"np2": {"images_per_second": 1.5, "peak_rss_mib": 0.4}, "custom_over_keras": 1.0}
+    baseline = {"np2": {"images_per_second": 1.25}, "np4": {"images_per_second": 2.0},
+                "custom_over_keras": 0.8}
+    # Only what both measured: np4 is the baseline's alone, peak RSS today's alone.
+    assert baselines.changes(today, baseline) == {"np2": {"images_per_second": 1.2},
+                                                  "custom_over_keras": 1.25}
+
+
+def test_without_a_baseline_report_there_is_none(tmp_path):
+    assert baselines.load(str(tmp_path / "bench.json")) is None
+
+
+def test_an_unreadable_baseline_stops_the_bench_naming_the_file(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit, match=f"cannot read the baseline {path}"):
+        baselines.load(str(path))
 
 
 def test_ratios_cover_the_numbers_both_sides_hold():

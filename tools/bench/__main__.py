@@ -13,8 +13,8 @@ One run measures, in this order, and writes a table plus reports/bench.json:
      pipeline alone (images/s), record bytes a rank reads per epoch, and a short
      training run's images/s and peak RSS per rank (`--only_inputs`: this part alone);
   5. hvd_mnist against Horovod's own TF2 example (versus_example.py) at -np 1, 2
-     and 4, with hvd_mnist as it was before issue 12 (a git worktree of BEFORE_REVISION)
-     as a third program; then the step's levers (step_levers.py) at -np 2, and one
+     and 4, and how that ratio moved since the baseline report (--baseline_report,
+     baselines.py); then the step's levers (step_levers.py) at -np 2, and one
      vs two TF threads per rank at -np 2 and 4 (`--only_versus`: this part alone).
 Writes reports/bench.json and reports/bench.md (the README's performance tables).
 About 30 minutes on a 2-core machine.
@@ -33,11 +33,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402  the trainers' window, for plain TF too
-from tools.bench import launch, machine, steady_state, versus_example  # noqa: E402
+from tools.bench import baselines, launch, machine, steady_state, versus_example  # noqa: E402
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
-# main before issue 12 (performance against Horovod's example): the "before" of part 5.
-BEFORE_REVISION = "734bae7"
 TARGET_ACCURACY = 0.99
 
 
@@ -153,8 +151,9 @@ def define_flags():
                         "example's data.")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
                          "in part 5.", lower_bound=1)
-    flags.DEFINE_string("before_revision", BEFORE_REVISION, "The revision of hvd_mnist "
-                        "part 5 runs as a third program.")
+    flags.DEFINE_string("baseline_report", "reports/bench.json", "An earlier make bench "
+                        "report whose ratios this run's are set beside (read before this "
+                        "run writes its own; a missing file: no baseline).")
 
 
 def main(argv):
@@ -166,8 +165,11 @@ def main(argv):
     use_every_core()
 
     results = {"machine": machine.description(), "date": machine.now()}
+    baseline = baselines.load(args.baseline_report)
+    if baseline:
+        results["baseline"] = baselines.provenance(baseline, args.baseline_report)
     if args.only_versus:
-        versus(args, nps, results)
+        versus(args, nps, results, baseline)
         return write_reports(args, results, started)
     results["input_modes"] = input_modes(args)
     print(input_table(results["input_modes"]), flush=True)
@@ -213,7 +215,10 @@ def main(argv):
                   flush=True)
 
     results["ratios"] = ratios(results, nps)
-    versus(args, nps, results)
+    if baseline and "ratios" in baseline:
+        results["ratios_over_baseline"] = baselines.changes(results["ratios"],
+                                                            baseline["ratios"])
+    versus(args, nps, results, baseline)
     write_reports(args, results, started)
 
 
@@ -229,7 +234,7 @@ def write_reports(args, results, started):
         tables.append(table(results, sorted({r["np"] for r in results["throughput"].values()})))
         tables.append(input_table(results["input_modes"]))
     tables += ["", "hvd_mnist against Horovod's example, 320 x 128 images in all, medians of "
-               f"{args.versus_repeats} alternating runs:", "",
+               f"{args.versus_repeats} alternating runs; {baseline_sentence(results)}", "",
                versus_example.table(results["versus_example"]), "",
                "Start-up levers, seconds in one process: " + ", ".join(
                    f"{k.replace('_', ' ')} {v:.2f}" for k, v in results["startup_levers"].items())
@@ -240,6 +245,14 @@ def write_reports(args, results, started):
         f.write("\n".join(tables) + "\n")
     print("\n".join(tables))
     print(f"bench: {results['bench_seconds']:.0f} s; wrote {args.report} and {markdown_path}")
+
+
+def baseline_sentence(results) -> str:
+    if "baseline" not in results:
+        return "no baseline report."
+    b = results["baseline"]
+    return (f"the baseline is {b['report']} of {b['date']} ({b['machine']}): ratios measured "
+            "in its one run, set beside today's.")
 
 
 def startup_levers(data_dir: str, repeats: int = 3) -> dict:
@@ -263,14 +276,13 @@ def startup_levers(data_dir: str, repeats: int = 3) -> dict:
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
-def versus(args, nps, results):
-    """Part 5: against Horovod's example and hvd_mnist before issue 12; the levers."""
+def versus(args, nps, results, baseline):
+    """Part 5: against Horovod's example, beside the baseline's ratios; the levers."""
     results["startup_levers"] = startup_levers(args.data_dir)
     print("start-up levers (s): " + ", ".join(f"{k} {v:.2f}" for k, v in
                                               results["startup_levers"].items()), flush=True)
-    before = checkout(args.before_revision, os.path.join(args.out_dir, "before"))
     results["versus_example"] = versus_example.compare(
-        nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, before)
+        nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, baseline)
     print(versus_example.table(results["versus_example"]), flush=True)
     results["step_levers"] = step_levers(2, os.path.join(args.out_dir, "step_levers_np2"),
                                          ["--windows=12"])
@@ -278,17 +290,6 @@ def versus(args, nps, results):
         np_, os.path.join(args.out_dir, f"threads_np{np_}_{threads}"),
         ["--windows=10", "--only=hvd_mnist", f"--threads_per_rank={threads}"])
         for np_ in (2, 4) for threads in (1, 2)}
-
-
-def checkout(revision: str, directory: str) -> str:
-    """A git worktree of `revision` (made once; runs/ is not committed)."""
-    if not os.path.isdir(directory):
-        result = subprocess.run(["git", "-C", launch.REPO_ROOT, "worktree", "add", "--detach", "-f",
-                                 os.path.abspath(directory), revision],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.exit(f"bench: cannot check out {revision} ({result.stderr.strip()})")
-    return os.path.abspath(directory)
 
 
 def step_levers(np_, out_prefix, flags):
@@ -392,6 +393,9 @@ def table(results, nps):
         lines.append(f"| time to 99.0% at -np 2, {name} | {value['training_seconds']} s "
                      f"(epoch {value['epoch']}) | | | | |")
     lines += ["", "ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items())]
+    if "ratios_over_baseline" in results:
+        lines += ["", "each over the baseline's: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in results["ratios_over_baseline"].items())]
     return "\n".join(lines)
 
 

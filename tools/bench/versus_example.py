@@ -4,14 +4,16 @@ Both train the same images: IMAGES_IN_ALL = 320 x 128, that is 320 / np steps of
 worker, Adam 0.001 x workers. hvd_mnist runs as a user would start it (its defaults:
 per-epoch evaluation of the 10,000 test images, a checkpoint, summary.json and the exported
 model), the example as its file stands (a checkpoint at the end, nothing else). The runs
-alternate, example first, `repeats` times for each -np (with a third program where a
-checkout of hvd_mnist before issue 12 is given), and the report gives medians:
+alternate, example first, `repeats` times for each -np, and the report gives medians:
 
   wall_seconds                  launch of horovodrun to its exit (the whole job)
   images_per_second             steady state over all workers: median of 20-step windows
                                 after the first (the first holds tracing and warm-up)
   launch_to_first_step_seconds  launch of horovodrun to rank 0's first finished step
   peak_rss_mib                  the largest peak resident memory of any rank
+
+and hvd_mnist's over the example's; with a baseline report (baselines.py), today's
+ratio over the one it measured.
 
 Part 5 of make bench; `python -m tools.bench --only_versus` runs that part alone.
 """
@@ -20,7 +22,7 @@ import json
 import os
 import time
 
-from tools.bench import launch, steady_state
+from tools.bench import baselines, launch, steady_state
 
 IMAGES_IN_ALL = 320 * 128
 BATCH_SIZE = 128
@@ -48,18 +50,17 @@ def run_example(np_, out_dir, idx_dir):
             "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
 
 
-def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
-    """One run of hvd_mnist, from this checkout or (`checkout`) another revision's."""
-    model_dir = os.path.abspath(os.path.join(out_dir, f"{name}_np{np_}"))
+def run_hvd_mnist(np_, out_dir, data_dir):
+    model_dir = os.path.abspath(os.path.join(out_dir, f"hvd_mnist_np{np_}"))
     launch_unix = time.time()
     rc, seconds = launch.job(np_, launch.python_module(
         "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
         f"--model_dir={model_dir}", "--optimizer=adam", "--learning_rate=0.001",
         f"--batch_size={BATCH_SIZE}", "--epochs=1",
         f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"),
-        model_dir + ".log", TIMEOUT_SECONDS, cwd=checkout or launch.REPO_ROOT)
+        model_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
-        raise SystemExit(f"versus_example: {name} failed ({rc}); see {model_dir}.log")
+        raise SystemExit(f"versus_example: hvd_mnist failed ({rc}); see {model_dir}.log")
     summary = launch.read_summary(model_dir)
     return {"wall_seconds": seconds,
             "images_per_second": steady_state.images_per_second(
@@ -69,16 +70,14 @@ def run_hvd_mnist(np_, out_dir, data_dir, checkout=None, name="hvd_mnist"):
             "test_accuracy": summary["test_accuracy"]}
 
 
-def compare(nps, repeats, out_dir, data_dir, idx_dir, before_checkout=None):
-    """Per -np: every run's figures, their medians, and hvd_mnist's over the example's (and
-    over hvd_mnist before this comparison, from `before_checkout`, when given)."""
+def compare(nps, repeats, out_dir, data_dir, idx_dir, baseline=None):
+    """Per -np: every run's figures, their medians, hvd_mnist's over the example's, and
+    (given a baseline report) that ratio over the baseline's."""
+    baseline_ratios = baselines.versus_example_ratios(baseline) if baseline else {}
     out = {}
     for np_ in nps:
         programs = {"example": lambda: run_example(np_, out_dir, idx_dir),
                     "hvd_mnist": lambda: run_hvd_mnist(np_, out_dir, data_dir)}
-        if before_checkout:
-            programs["hvd_mnist_before"] = lambda: run_hvd_mnist(
-                np_, out_dir, data_dir, checkout=before_checkout, name="hvd_mnist_before")
         runs = {who: [] for who in programs}
         for _ in range(repeats):
             for who, run in programs.items():
@@ -86,19 +85,17 @@ def compare(nps, repeats, out_dir, data_dir, idx_dir, before_checkout=None):
             print(f"np {np_}: " + ", ".join(f"{who} {rs[-1]['wall_seconds']:.1f} s"
                                           for who, rs in runs.items()), flush=True)
         medians = {who: steady_state.median_of_runs(rs) for who, rs in runs.items()}
-        out[f"np{np_}"] = {"runs": runs, "median": medians,
-                           "hvd_mnist_over_example": ratios(medians, "example")}
-        if before_checkout:
-            out[f"np{np_}"]["hvd_mnist_over_before"] = ratios(medians, "hvd_mnist_before")
+        result = out[f"np{np_}"] = {
+            "runs": runs, "median": medians,
+            "hvd_mnist_over_example": steady_state.ratios(medians["hvd_mnist"],
+                                                          medians["example"])}
+        if f"np{np_}" in baseline_ratios:
+            result["over_baseline"] = baselines.changes(result["hvd_mnist_over_example"],
+                                                        baseline_ratios[f"np{np_}"])
     return out
 
 
-def ratios(medians, baseline):
-    return steady_state.ratios(medians["hvd_mnist"], medians[baseline])
-
-
-LABELS = {"example": "Horovod's example", "hvd_mnist": "hvd_mnist",
-          "hvd_mnist_before": "hvd_mnist before issue 12"}
+LABELS = {"example": "Horovod's example", "hvd_mnist": "hvd_mnist"}
 KEYS = ("wall_seconds", "images_per_second", "launch_to_first_step_seconds", "peak_rss_mib")
 FORMATS = ("{:.1f}", "{:.0f}", "{:.1f}", "{:.0f}")
 
@@ -112,8 +109,8 @@ def table(comparison) -> str:
             cells = [f.format(median[k]) for k, f in zip(KEYS, FORMATS)]
             lines.append(f"| {np_} | {LABELS[who]} | " + " | ".join(cells) + " |")
         for key, label in (("hvd_mnist_over_example", "hvd_mnist / example"),
-                           ("hvd_mnist_over_before", "hvd_mnist / before")):
+                           ("over_baseline", "that / the baseline's")):
             if key in result:
-                lines.append(f"| {np_} | **{label}** | "
-                             + " | ".join(f"{result[key][k]:.2f}x" for k in KEYS) + " |")
+                lines.append(f"| {np_} | **{label}** | " + " | ".join(
+                    f"{result[key][k]:.2f}x" if k in result[key] else "–" for k in KEYS) + " |")
     return "\n".join(lines)
