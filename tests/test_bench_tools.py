@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import baselines, launch, steady_state
+from tools.bench import __main__ as bench, baselines, launch, steady_state
 
 REPORTS = os.path.join(launch.REPO_ROOT, "reports")
 
@@ -78,6 +78,16 @@ def test_an_unreadable_baseline_stops_the_bench_naming_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SystemExit, match=f"cannot read the baseline {path}"):
         baselines.load(str(path))
+
+
+@pytest.mark.parametrize("parts, path", [
+    (["paths", "accuracy", "inputs", "versus"], "reports/bench.json"),
+    (["versus", "paths", "accuracy", "inputs"], "reports/bench.json"),  # any order
+    (["inputs"], "reports/bench_inputs.json"),
+    (["versus", "paths"], "reports/bench_paths_versus.json"),  # in the parts' own order
+])
+def test_a_run_of_some_parts_never_replaces_the_full_report(parts, path):
+    assert bench.report_path("reports/bench.json", parts) == path
 
 
 def test_ratios_cover_the_numbers_both_sides_hold():

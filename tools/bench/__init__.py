@@ -5,8 +5,11 @@
     python -m tools.bench.scaling          make scaling  reports/scaling.json, scaling.md
     python -m tools.bench.plot             make plot     a PNG of runs' accuracy and loss
 
-Under horovodrun, started by those: horovod_example (Horovod's own MNIST example, the
-baseline), step_levers and allreduce_probe. What they share: launch (the horovodrun
-command line), steady_state (images/s from a run's windows, medians over repeats) and
-machine (the CPU a report names).
+make bench's parts: in_process (plain TF, the input pipeline, start-up seconds),
+training_paths, input_modes, versus_example and levers. Under horovodrun, started by
+those: horovod_example (Horovod's own MNIST example, the yardstick), step_levers and
+allreduce_probe. What they share: launch (the horovodrun command line), training_run
+(one hvd_mnist run and its figures), steady_state (images/s from a run's windows,
+medians over repeats), baselines (ratios of a committed report) and machine (the CPU a
+report names).
 """

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from tools.bench import baselines, launch, steady_state
+from tools.bench import baselines, launch, steady_state, training_run
 
 IMAGES_IN_ALL = 320 * 128
 BATCH_SIZE = 128
@@ -51,23 +51,14 @@ def run_example(np_, out_dir, idx_dir):
 
 
 def run_hvd_mnist(np_, out_dir, data_dir):
-    model_dir = os.path.abspath(os.path.join(out_dir, f"hvd_mnist_np{np_}"))
-    launch_unix = time.time()
-    rc, seconds = launch.job(np_, launch.python_module(
-        "hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
-        f"--model_dir={model_dir}", "--optimizer=adam", "--learning_rate=0.001",
-        f"--batch_size={BATCH_SIZE}", "--epochs=1",
-        f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"),
-        model_dir + ".log", TIMEOUT_SECONDS)
-    if rc != 0:
-        raise SystemExit(f"versus_example: hvd_mnist failed ({rc}); see {model_dir}.log")
-    summary = launch.read_summary(model_dir)
-    return {"wall_seconds": seconds,
-            "images_per_second": steady_state.images_per_second(
-                summary["timing"]["window_images_per_second"]),
-            "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
-            "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
-            "test_accuracy": summary["test_accuracy"]}
+    run = training_run.measure(f"hvd_mnist_np{np_}", np_, [
+        "--optimizer=adam", "--learning_rate=0.001", f"--batch_size={BATCH_SIZE}", "--epochs=1",
+        f"--max_steps_per_epoch={IMAGES_IN_ALL // BATCH_SIZE // np_}"], data_dir, out_dir,
+        TIMEOUT_SECONDS)
+    return {**{key: run[key] for key in ("wall_seconds", "images_per_second",
+                                         "launch_to_first_step_seconds")},
+            "peak_rss_mib": max(run["peak_rss_mib_per_rank"]),
+            "test_accuracy": run["summary"]["test_accuracy"]}
 
 
 def compare(nps, repeats, out_dir, data_dir, idx_dir, baseline=None):
