@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import __main__ as bench, baselines, launch, steady_state
+from tools.bench import __main__ as bench, baselines, launch, steady_state, tables
 
 REPORTS = os.path.join(launch.REPO_ROOT, "reports")
 
@@ -78,6 +78,29 @@ def test_an_unreadable_baseline_stops_the_bench_naming_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SystemExit, match=f"cannot read the baseline {path}"):
         baselines.load(str(path))
+
+
+@pytest.mark.parametrize("value, cell", [
+    (784214.486, "784214"),  # images/s: whole numbers
+    (3433.78, "3434"),
+    (116.3647903860001, "116"),  # seconds of 100 or more too
+    (99.96, "100"),  # rounds up into the whole numbers
+    (99.94, "99.9"),
+    (3.8322811126708984, "3.83"),  # 3 significant figures below 100
+    (0.5, "0.500"),  # trailing zeros kept, so a column lines up
+    (0.08419450000019424, "0.0842"),
+    (None, "–"),  # never reached (time to accuracy)
+    (math.nan, "–"),
+])
+def test_figures_are_rounded_to_what_the_noise_leaves(value, cell):
+    assert tables.figure(value) == cell
+
+
+def test_ratios_carry_a_times_sign_and_tables_are_markdown():
+    assert tables.ratio(1.035895623014) == "1.04×"
+    assert tables.ratio(None) == "–"
+    assert tables.markdown(["-np", "images/s"], [[1, "3405"], [2, "2514"]]) == (
+        "| -np | images/s |\n|---|---|\n| 1 | 3405 |\n| 2 | 2514 |")
 
 
 @pytest.mark.parametrize("parts, path", [

@@ -10,6 +10,6 @@ training_paths, input_modes, versus_example and levers. Under horovodrun, starte
 those: horovod_example (Horovod's own MNIST example, the yardstick), step_levers and
 allreduce_probe. What they share: launch (the horovodrun command line), training_run
 (one hvd_mnist run and its figures), steady_state (images/s from a run's windows,
-medians over repeats), baselines (ratios of a committed report) and machine (the CPU a
-report names).
+medians over repeats), baselines (ratios of a committed report), tables (rounding) and
+machine (the CPU a report names).
 """

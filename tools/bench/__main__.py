@@ -105,22 +105,24 @@ def write_reports(path: str, results: dict, versus_repeats: int) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    tables = [f"`make bench` on {results['machine']}, {results['date']} "
+    sections = [f"`make bench` on {results['machine']}, {results['date']} "
               f"({results['bench_seconds']:.0f} s).", ""]
     if "throughput" in results:
-        tables += [training_paths.table(results), ""]
+        sections += [training_paths.table(results), ""]
+    if "time_to_accuracy" in results:
+        sections += [training_paths.accuracy_table(results["time_to_accuracy"]), ""]
     if "input_modes" in results:
-        tables += [input_modes.table(results["input_modes"]), ""]
+        sections += [input_modes.table(results["input_modes"]), ""]
     if "versus_example" in results:
-        tables += ["hvd_mnist against Horovod's example, 320 x 128 images in all, medians of "
+        sections += ["hvd_mnist against Horovod's example, 320 x 128 images in all, medians of "
                    f"{versus_repeats} alternating runs; {baseline_sentence(results)}", "",
                    versus_example.table(results["versus_example"]), "",
                    levers.startup_sentence(results["startup_levers"]), "",
                    levers.table(results["step_levers"], results["threads"]), ""]
     markdown_path = os.path.splitext(path)[0] + ".md"
     with open(markdown_path, "w") as f:
-        f.write("\n".join(tables))
-    print("\n".join(tables))
+        f.write("\n".join(sections))
+    print("\n".join(sections))
     print(f"bench: {results['bench_seconds']:.0f} s; wrote {path} and {markdown_path}")
 
 

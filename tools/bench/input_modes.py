@@ -2,7 +2,7 @@
 0's input pipeline alone, the record bytes a rank reads per epoch, and a short training
 run's images/s and peak RSS per rank."""
 
-from tools.bench import in_process, training_run
+from tools.bench import in_process, tables, training_run
 
 RUN_STEPS = 60  # per epoch, 2 epochs: long enough for steady state and a full RSS
 
@@ -32,13 +32,13 @@ def measure(data_dir: str, sharded_data_dir: str, out_dir: str) -> dict:
 
 
 def table(modes: dict) -> str:
-    lines = ["| --input (-np 2) | pipeline images/s per rank | x training per rank "
-             "| peak RSS MiB per rank | record bytes per rank per epoch |",
-             "|---|---|---|---|---|"]
-    for mode, m in modes.items():
-        read = (f"{m['record_bytes_per_rank_per_epoch'] / 2**20:.1f} MiB" if mode != "memory"
-                else "0 (the split, read once per run)")
-        lines.append(f"| {mode} | {m['pipeline_images_per_second_per_rank']:.0f} | "
-                     f"{m['pipeline_over_training']:.0f} | "
-                     f"{', '.join(f'{r:.0f}' for r in m['peak_rss_mib_per_rank'])} | {read} |")
-    return "\n".join(lines)
+    f = tables.figure
+    rows = [[mode, f(m["pipeline_images_per_second_per_rank"]),
+             tables.ratio(m["pipeline_over_training"]),
+             ", ".join(f(r) for r in m["peak_rss_mib_per_rank"]),
+             (f"{f(m['record_bytes_per_rank_per_epoch'] / 2**20)} MiB" if mode != "memory"
+              else "0 (the split, read once per run)")]
+            for mode, m in modes.items()]
+    return tables.markdown(["--input (-np 2)", "pipeline images/s per rank",
+                            "pipeline / training per rank", "peak RSS MiB per rank",
+                            "record bytes per rank per epoch"], rows)

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from tools.bench import in_process, launch
+from tools.bench import in_process, launch, tables
 
 
 def run_step_levers(np_: int, out_prefix: str, flags: list) -> dict:
@@ -32,19 +32,21 @@ def measure(results: dict, data_dir: str, out_dir: str) -> None:
 
 
 def startup_sentence(seconds: dict) -> str:
-    return ("Start-up levers, seconds in one process: "
-            + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in seconds.items()) + ".")
+    return ("Start-up levers, seconds in one process: " + ", ".join(
+        f"{k.replace('_', ' ')} {tables.figure(v)}" for k, v in seconds.items()) + ".")
 
 
 def table(levers, threads) -> str:
-    lines = [f"The step's levers at -np {levers['np']} ({levers['threads_per_rank']} thread(s) "
-             "per rank), taking turns in one job, synthetic batches:", "",
-             "| step | images/s | x hvd_mnist's step | first call s |", "|---|---|---|---|"]
-    for name, rate in levers["images_per_second"].items():
-        lines.append(f"| {name} | {rate:.0f} | {levers['over_hvd_mnist'][name]:.3f} | "
-                     f"{levers['first_call_seconds'][name]:.2f} |")
-    lines += ["", "| -np | TF threads per rank | images/s |", "|---|---|---|"]
-    for result in threads.values():
-        lines.append(f"| {result['np']} | {result['threads_per_rank']} | "
-                     f"{result['images_per_second']['hvd_mnist']:.0f} |")
-    return "\n".join(lines)
+    f = tables.figure
+    steps = tables.markdown(
+        ["step", "images/s", "over hvd_mnist's step", "first call s"],
+        [[name, f(rate), tables.ratio(levers["over_hvd_mnist"][name]),
+          f(levers["first_call_seconds"][name])]
+         for name, rate in levers["images_per_second"].items()])
+    per_rank = tables.markdown(
+        ["-np", "TF threads per rank", "images/s"],
+        [[result["np"], result["threads_per_rank"], f(result["images_per_second"]["hvd_mnist"])]
+         for result in threads.values()])
+    return "\n".join([f"The step's levers at -np {levers['np']} ({levers['threads_per_rank']} "
+                      "thread(s) per rank), taking turns in one job, synthetic batches:", "",
+                      steps, "", per_rank])

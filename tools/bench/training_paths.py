@@ -4,7 +4,7 @@ reach 99.0% test accuracy."""
 
 import math
 
-from tools.bench import in_process, training_run
+from tools.bench import in_process, tables, training_run
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
@@ -83,24 +83,27 @@ def ratios(results, nps):
 
 
 def table(results):
-    lines = ["| run | images/s | peak RSS MiB/rank | launch to 1st step s "
-             "| last step to exit s | summary to exit s |",
-             "|---|---|---|---|---|---|",
-             f"| plain TF, 1 process, no Horovod | {results['plain_tf_images_per_second']:.0f} "
-             "| | | | |",
-             f"| input pipeline alone, per rank | "
-             f"{results['pipeline_images_per_second_per_rank']:.0f} | | | | |"]
-    for name, run in results["throughput"].items():
-        lines.append(f"| {name} | {run['images_per_second']:.0f} | "
-                     f"{max(run['peak_rss_mib_per_rank']):.0f} | "
-                     f"{run['launch_to_first_step_seconds']:.1f} | "
-                     f"{run['last_step_to_exit_seconds']:.1f} | "
-                     f"{run['summary_to_exit_seconds']:.1f} |")
-    for name, value in results.get("time_to_accuracy", {}).items():
-        lines.append(f"| time to 99.0% at -np 2, {name} | {value['training_seconds']} s "
-                     f"(epoch {value['epoch']}) | | | | |")
-    lines += ["", "ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in results["ratios"].items())]
+    """Parts 1 and 2 (the largest rank's peak RSS), and the ratios."""
+    f = tables.figure
+    rows = [["plain TF, 1 process, no Horovod", f(results["plain_tf_images_per_second"]),
+             "", "", "", ""],
+            ["input pipeline alone, per rank",
+             f(results["pipeline_images_per_second_per_rank"]), "", "", "", ""]]
+    rows += [[name, f(run["images_per_second"]), f(max(run["peak_rss_mib_per_rank"])),
+              f(run["launch_to_first_step_seconds"]), f(run["last_step_to_exit_seconds"]),
+              f(run["summary_to_exit_seconds"])]
+             for name, run in results["throughput"].items()]
+    lines = [tables.markdown(["run", "images/s", "peak RSS MiB/rank", "launch to 1st step s",
+                              "last step to exit s", "summary to exit s"], rows),
+             "", "ratios: " + tables.named_ratios(results["ratios"])]
     if "ratios_over_baseline" in results:
-        lines += ["", "each over the baseline's: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in results["ratios_over_baseline"].items())]
+        lines += ["", "each over the baseline's: "
+                  + tables.named_ratios(results["ratios_over_baseline"])]
     return "\n".join(lines)
+
+
+def accuracy_table(accuracy: dict) -> str:
+    return tables.markdown(
+        [f"time to {TARGET_ACCURACY:.1%} test accuracy at -np 2", "training seconds", "epoch"],
+        [[name, tables.figure(value["training_seconds"]), value["epoch"] or tables.MISSING]
+         for name, value in accuracy.items()])

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from tools.bench import baselines, launch, steady_state, training_run
+from tools.bench import baselines, launch, steady_state, tables, training_run
 
 IMAGES_IN_ALL = 320 * 128
 BATCH_SIZE = 128
@@ -88,20 +88,18 @@ def compare(nps, repeats, out_dir, data_dir, idx_dir, baseline=None):
 
 LABELS = {"example": "Horovod's example", "hvd_mnist": "hvd_mnist"}
 KEYS = ("wall_seconds", "images_per_second", "launch_to_first_step_seconds", "peak_rss_mib")
-FORMATS = ("{:.1f}", "{:.0f}", "{:.1f}", "{:.0f}")
 
 
 def table(comparison) -> str:
-    lines = ["| -np | run | whole process s | steady images/s | launch to 1st step s "
-             "| peak RSS MiB/rank |", "|---|---|---|---|---|---|"]
+    rows = []
     for name, result in comparison.items():
         np_ = name[2:]
-        for who, median in result["median"].items():
-            cells = [f.format(median[k]) for k, f in zip(KEYS, FORMATS)]
-            lines.append(f"| {np_} | {LABELS[who]} | " + " | ".join(cells) + " |")
+        rows += [[np_, LABELS[who], *(tables.figure(median[k]) for k in KEYS)]
+                 for who, median in result["median"].items()]
         for key, label in (("hvd_mnist_over_example", "hvd_mnist / example"),
                            ("over_baseline", "that / the baseline's")):
             if key in result:
-                lines.append(f"| {np_} | **{label}** | " + " | ".join(
-                    f"{result[key][k]:.2f}x" if k in result[key] else "–" for k in KEYS) + " |")
-    return "\n".join(lines)
+                rows.append([np_, f"**{label}**",
+                             *(tables.ratio(result[key].get(k)) for k in KEYS)])
+    return tables.markdown(["-np", "run", "whole process s", "steady images/s",
+                            "launch to 1st step s", "peak RSS MiB/rank"], rows)
