@@ -9,7 +9,8 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import __main__ as bench, baselines, launch, steady_state, tables
+from tools.bench import (__main__ as bench, baselines, launch, machine, stacks, steady_state,
+                         tables)
 
 REPORTS = os.path.join(launch.REPO_ROOT, "reports")
 
@@ -111,6 +112,80 @@ def test_ratios_carry_a_times_sign_and_tables_are_markdown():
 ])
 def test_a_run_of_some_parts_never_replaces_the_full_report(parts, path):
     assert bench.report_path("reports/bench.json", parts) == path
+
+
+def test_a_stack_is_summed_up_by_its_medians_and_its_spread():
+    runs = [{"images_per_second": rate, "peak_rss_mib_per_rank": [rss, rss - 20]}
+            for rate, rss in ((2400, 730), (2600, 700), (2500, 760))]
+    assert stacks.summarize(runs) == {
+        "images_per_second": 2500, "peak_rss_mib_per_rank": [730, 710],
+        "images_per_second_lowest": 2400, "images_per_second_highest": 2600,
+        "peak_rss_mib": 730}
+
+
+@pytest.mark.parametrize("new_over_old, met", [(1.02, True), (1.0, True), (0.99, False)])
+def test_the_new_stack_must_not_be_slower_at_any_np(new_over_old, met):
+    comparison = {"np1": {"new_over_old": {"images_per_second": 1.1}},
+                  "np2": {"new_over_old": {"images_per_second": new_over_old}}}
+    assert stacks.not_slower(comparison) == {"np1": True, "np2": met}
+
+
+def test_a_stack_without_its_own_horovodrun_stops_the_bench_naming_it(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()
+    with pytest.raises(SystemExit, match=f"no {tmp_path}/bin/horovodrun for the old stack"):
+        stacks.stack("old", str(tmp_path))
+
+
+def test_each_stack_runs_its_own_python_and_horovodrun(tmp_path):
+    for program in ("python", "horovodrun"):
+        (tmp_path / "bin").mkdir(exist_ok=True)
+        (tmp_path / "bin" / program).touch()
+    stack = stacks.stack("old", str(tmp_path))
+    assert stack["python"] == str(tmp_path / "bin" / "python")
+    command = launch.horovodrun_command(2, [stack["python"]], bin_dir=stack["bin_dir"])
+    assert command[0] == str(tmp_path / "bin" / "horovodrun")
+    assert stack["env"]["PATH"].startswith(str(tmp_path / "bin") + os.pathsep)
+
+
+def test_the_stacks_report_names_the_cpu_both_stacks_and_the_verdict():
+    def summary(rate):
+        return {"images_per_second": rate, "images_per_second_lowest": rate - 50,
+                "images_per_second_highest": rate + 50, "launch_to_first_step_seconds": 4.0,
+                "peak_rss_mib_per_rank": [730.2, 712.9], "peak_rss_mib": 730.2,
+                "wall_seconds": 12.0, "test_accuracy": 0.9589}
+    versions = {"python": "3.12.1", "tensorflow": "2.21.0", "keras": "3.15.1",
+                "horovod": "0.28.1", "numpy": "2.5.5"}
+    medians = {"new": summary(2450.4), "old": summary(2500.0)}
+    report = {"date": "2026-12-02 09:00 UTC", "wall_seconds": 600.0, "steps": 140,
+              "repeats": 3, "machine": "2 cores (Intel(R) Xeon(R), AVX-512 + AMX), 24 GiB",
+              "venvs": {"new": "/r/.venv", "old": "/r/.venv-tf2.15"},
+              "versions": {"new": versions, "old": {**versions, "tensorflow": "2.15.1",
+                                                    "keras": "2.15.0", "python": "3.11.7"}},
+              "comparison": {"np2": {"np": 2, "median": medians,
+                                     "new_over_old": steady_state.ratios(medians["new"],
+                                                                         medians["old"])}},
+              "not_slower": {"np2": False}}
+    text = stacks.markdown(report)
+    assert "AVX-512 + AMX" in text
+    assert "| 2 | new: TF 2.21.0, Keras 3.15.1, Python 3.12.1 | 2450 (2400–2500) | 4.00 |" in text
+    assert "| 2 | old: TF 2.15.1, Keras 2.15.0, Python 3.11.7 |" in text
+    assert "| 2 | **new / old** | 0.980× |" in text
+    assert "**not met** at -np 2." in text
+
+
+@pytest.mark.parametrize("cpu_flags, unit", [
+    ("fpu sse avx avx2 fma", "AVX2-only"),
+    ("avx avx2 avx512f avx512bw", "AVX-512"),
+    ("avx2 avx512f amx_bf16 amx_tile amx_int8", "AVX-512 + AMX"),
+    ("sse sse2", "no AVX2"),
+])
+def test_a_report_names_the_cpus_vector_unit(cpu_flags, unit, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+                       f"flags\t\t: {cpu_flags}\n")
+    assert machine.cpu(str(cpuinfo)) == {"model": "Intel(R) Xeon(R) Processor",
+                                         "vector_unit": unit}
 
 
 def test_ratios_cover_the_numbers_both_sides_hold():

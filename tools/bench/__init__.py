@@ -1,6 +1,7 @@
 """The benchmarks and reports of the make targets, run from the repository root:
 
     python -m tools.bench                  make bench    reports/bench.json, bench.md
+    python -m tools.bench.stacks           make bench-stacks  reports/bench_stacks.json, .md
     python -m tools.bench.parity           make parity   reports/parity.json, parity.md
     python -m tools.bench.scaling          make scaling  reports/scaling.json, scaling.md
     python -m tools.bench.plot             make plot     a PNG of runs' accuracy and loss

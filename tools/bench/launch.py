@@ -67,10 +67,10 @@ def run_logged(command: list, log_path: str, timeout_seconds: float, env=None,
 
 
 def job(np_: int, program: list, log_path: str, timeout_seconds: float, env=None,
-        bin_dir: str = BIN_DIR, cwd: str = REPO_ROOT):
+        bin_dir: str = BIN_DIR):
     """`program` on np_ local ranks, logged: run_logged's (status, seconds)."""
     return run_logged(horovodrun_command(np_, program, bin_dir=bin_dir), log_path,
-                      timeout_seconds, env, cwd)
+                      timeout_seconds, env)
 
 
 def read_summary(model_dir: str) -> dict:

@@ -4,7 +4,7 @@ the seconds from launching horovodrun to rank 0's first finished step and from t
 step (and from the summary) to the job's exit.
 
 `python` and `bin_dir` choose the venv (make bench-stacks runs two): that venv's
-horovodrun starts that venv's python.
+horovodrun starts that venv's python; `env` adds to the job's environment.
 """
 
 import os
@@ -16,7 +16,7 @@ from tools.bench import launch, steady_state
 
 def measure(name: str, np_: int, flags: list, data_dir: str, out_dir: str,
             timeout_seconds: float, python: str = sys.executable,
-            bin_dir: str = launch.BIN_DIR) -> dict:
+            bin_dir: str = launch.BIN_DIR, env=None) -> dict:
     """Runs `python -m hvd_mnist.main --data_dir --model_dir=out_dir/name flags...` on np_
     ranks, its log in out_dir/name.log; exits with one line if the run fails."""
     model_dir = os.path.abspath(os.path.join(out_dir, name))
@@ -24,7 +24,7 @@ def measure(name: str, np_: int, flags: list, data_dir: str, out_dir: str,
     program = launch.python_module("hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
                                    f"--model_dir={model_dir}", *flags, python=python)
     launch_unix = time.time()
-    rc, seconds = launch.job(np_, program, log_path, timeout_seconds, bin_dir=bin_dir)
+    rc, seconds = launch.job(np_, program, log_path, timeout_seconds, env, bin_dir)
     exit_unix = time.time()
     if rc != 0:
         sys.exit(f"bench: run {name} failed ({rc}); see {log_path}")
