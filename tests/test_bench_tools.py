@@ -175,17 +175,19 @@ def test_the_stacks_report_names_the_cpu_both_stacks_and_the_verdict():
 
 
 @pytest.mark.parametrize("cpu_flags, unit", [
-    ("fpu sse avx avx2 fma", "AVX2-only"),
-    ("avx avx2 avx512f avx512bw", "AVX-512"),
-    ("avx2 avx512f amx_bf16 amx_tile amx_int8", "AVX-512 + AMX"),
-    ("sse sse2", "no AVX2"),
-])
-def test_a_report_names_the_cpus_vector_unit(cpu_flags, unit, tmp_path):
+    ("avx avx2 fma", "AVX2-only"), ("avx2 avx512f avx512bw", "AVX-512"),
+    ("avx2 avx512f amx_bf16 amx_tile", "AVX-512 + AMX"), ("sse sse2", "no AVX2")])
+def test_a_report_names_the_cpus_vector_unit(cpu_flags, unit):
+    assert machine.vector_unit(cpu_flags.split()) == unit
+
+
+def test_the_cpu_is_read_from_proc_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
-                       f"flags\t\t: {cpu_flags}\n")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+                       "flags\t\t: fpu avx2 avx512f amx_tile\n")
     assert machine.cpu(str(cpuinfo)) == {"model": "Intel(R) Xeon(R) Processor",
-                                         "vector_unit": unit}
+                                         "vector_unit": "AVX-512 + AMX"}
+    assert machine.cpu(str(tmp_path / "absent"))["model"] == "unknown CPU"
 
 
 def test_ratios_cover_the_numbers_both_sides_hold():
