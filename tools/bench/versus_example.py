@@ -15,7 +15,7 @@ alternate, example first, `repeats` times for each -np, and the report gives med
 and hvd_mnist's over the example's; with a baseline report (baselines.py), today's
 ratio over the one it measured.
 
-Part 5 of make bench; `python -m tools.bench --only_versus` runs that part alone.
+Part 5 of make bench; `python -m tools.bench --parts=versus` runs that part alone.
 """
 
 import json
