@@ -35,8 +35,8 @@ DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
-.PHONY: setup data data-sharded train test test-long test-hosts test-repeat parity bench plot \
-	scaling clean
+.PHONY: setup data data-sharded train test test-long test-hosts test-repeat parity bench \
+	bench-stacks plot scaling clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -92,20 +92,30 @@ test-repeat: $(SETUP_STAMP)
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)
-	$(BIN)/python tools/parity.py --np 2 --data_dir=$(DATA_DIR)
+	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Throughput, memory, start-up, time-to-99% and input modes side by side; reports/bench.json
 # (~17 min).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
-	$(BIN)/python tools/bench.py --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+
+# The custom loop on the default stack (.venv: TF 2.21, Keras 3, Python 3.12) beside an
+# older one (.venv-tf$(OLD_TF)), taking turns in one run at -np 1, 2 and 4; sets up both
+# venvs first; reports/bench_stacks.md (~10 min).
+OLD_TF ?= 2.15
+bench-stacks: $(DATA_STAMP)
+	$(MAKE) setup TF=2.21
+	$(MAKE) setup TF=$(OLD_TF)
+	.venv/bin/python -m tools.bench.stacks --data_dir=$(DATA_DIR) --new_venv=.venv \
+	  --old_venv=.venv-tf$(OLD_TF)
 
 plot: $(SETUP_STAMP)
-	$(BIN)/python tools/plot.py --out=$(PLOT) $(PLOT_RUNS)
+	$(BIN)/python -m tools.bench.plot --out=$(PLOT) $(PLOT_RUNS)
 
 # 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
 # reports/scaling.md (needs root for the test bed; ~15 min).
 scaling: $(SETUP_STAMP) $(DATA_STAMP)
-	$(BIN)/python tools/scaling.py --data_dir=$(DATA_DIR)
+	$(BIN)/python -m tools.bench.scaling --data_dir=$(DATA_DIR)
 
 clean:
 	rm -rf $(MODEL_DIR)

@@ -13,9 +13,10 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hvd_mnist import prepare  # noqa: E402
+from tools.bench import launch  # noqa: E402
 
 TINY_TRAIN, TINY_TEST = 480, 100
-BIN_DIR = os.path.dirname(sys.executable)
+BIN_DIR = launch.BIN_DIR
 # A hang must fail the test, not eat CI's time.
 HOROVOD_TEST_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "10",
@@ -60,14 +61,10 @@ def tiny_sharded_data_dir(tmp_path_factory):
 
 
 def horovodrun(np_, args, timeout=180, cwd=None, env=None):
-    """Runs `horovodrun -np N <args>` and returns the completed process (text output)."""
-    # Gloo explicitly: where Horovod is also built with MPI, horovodrun would pick MPI,
-    # whose messages the tests do not expect.
-    cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
-           "--gloo", *args]
-    full_env = {**os.environ, **HOROVOD_TEST_ENV, **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=full_env)
+    """Runs `horovodrun -np N <args>` and returns the completed process (text output).
+    The bench's launcher with the tests' shorter stall check."""
+    return launch.horovodrun(np_, args, timeout, env={**HOROVOD_TEST_ENV, **(env or {})},
+                             cwd=cwd)
 
 
 def assert_every_rank_said(result, error, num_ranks=2):

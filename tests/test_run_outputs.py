@@ -3,7 +3,6 @@ per training path: TensorBoard scalars, the exported model, plain progress lines
 Horovod's timeline and the plot of both runs."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,12 +11,12 @@ import pytest
 
 from conftest import TINY_TEST, TINY_TRAIN, horovodrun, trainer_command
 from hvd_mnist.outputs import tensorboard_log
+from tools.bench import launch
 
 pytestmark = pytest.mark.horovodrun
 
 EPOCHS, BATCH_SIZE, LOG_EVERY = 2, 16, 5
 STEPS_PER_EPOCH = TINY_TRAIN // (2 * BATCH_SIZE)  # 15: log points at steps 5, 10, 15
-PLOT_TOOL = os.path.join(os.path.dirname(__file__), "..", "tools", "plot.py")
 SUMMARIES = {}  # mode -> summary.json of its finished run, for the plot
 
 
@@ -95,8 +94,9 @@ def test_exported_model_reproduces_the_runs_test_accuracy(finished_run, tiny_dat
 def test_plot_draws_every_finished_run(finished_run, tmp_path):
     summaries = [str(path) for path in SUMMARIES.values()]  # both, with the second run
     out = tmp_path / "plot.png"
-    result = subprocess.run([sys.executable, PLOT_TOOL, f"--out={out}", *summaries],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "tools.bench.plot", f"--out={out}",
+                             *summaries], capture_output=True, text=True, timeout=120,
+                            cwd=launch.REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {len(summaries)} run(s) -> {out}" in result.stdout

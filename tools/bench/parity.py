@@ -8,12 +8,15 @@ images/second, and whether both reach 99.0% within 0.3 points of each other.
 Exits non-zero if they don't.
 """
 
-import argparse
 import json
 import os
 import sys
 
-import runlib
+from absl import app, flags
+
+from tools.bench import launch, machine
+
+FLAGS = flags.FLAGS
 
 MIN_ACCURACY = 0.990
 MAX_GAP_POINTS = 0.3
@@ -26,11 +29,11 @@ def run_both(np_, data_dir, out_dir, timeout_seconds):
         model_dir = os.path.join(out_dir, mode)
         args = ["-m", "hvd_mnist.main", f"--mode={mode}", f"--data_dir={data_dir}",
                 f"--model_dir={model_dir}"]
-        rc, seconds = runlib.launch(np_, args, os.path.join(out_dir, f"{mode}.log"),
-                                    timeout_seconds)
+        rc, seconds = launch.job(np_, [sys.executable, *args],
+                                 os.path.join(out_dir, f"{mode}.log"), timeout_seconds)
         if rc != 0:
             sys.exit(f"parity: the {mode} run failed ({rc}); see {out_dir}/{mode}.log")
-        results[mode] = {**runlib.read_summary(model_dir), "launch_seconds": seconds,
+        results[mode] = {**launch.read_summary(model_dir), "launch_seconds": seconds,
                          "command": "horovodrun -np %d -H localhost:%d python %s" % (
                              np_, np_, " ".join(args))}
     return results
@@ -57,7 +60,7 @@ def markdown(results, outcome, np_, machine, when):
     lines = [
         "# Parity report: custom loop vs Keras fit",
         "",
-        f"Produced by `tools/parity.py` (`make parity`) on {when}, on {machine}, at -np {np_} "
+        f"Produced by `python -m tools.bench.parity` (`make parity`) on {when}, on {machine}, at -np {np_} "
         f"(Horovod with Gloo, {stack()}), default recipe (Adadelta 1.0 x workers, "
         "128 images per worker, 12 epochs of 60,000 images over all workers).",
         "",
@@ -93,28 +96,32 @@ def markdown(results, outcome, np_, machine, when):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--data_dir", default="data/tfds")
-    parser.add_argument("--out_dir", default="runs/parity")
-    parser.add_argument("--report_dir", default="reports")
-    parser.add_argument("--timeout_seconds", type=int, default=1800, help="per run")
-    args = parser.parse_args()
-    results = run_both(args.np, args.data_dir, args.out_dir, args.timeout_seconds)
+def define_flags():
+    flags.DEFINE_integer("np", 2, "Horovod workers of each run.", lower_bound=1)
+    flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
+    flags.DEFINE_string("out_dir", "runs/parity", "Where the runs and their logs go.")
+    flags.DEFINE_string("report_dir", "reports", "Where parity.json and parity.md go.")
+    flags.DEFINE_integer("timeout_seconds", 1800, "Per run.", lower_bound=1)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    results = run_both(FLAGS.np, FLAGS.data_dir, FLAGS.out_dir, FLAGS.timeout_seconds)
     outcome = verdict(results)
-    os.makedirs(args.report_dir, exist_ok=True)
-    machine, when = runlib.machine_description(), runlib.now()
-    with open(os.path.join(args.report_dir, "parity.json"), "w") as f:
-        json.dump({"machine": machine, "date": when, "np": args.np, **outcome,
+    os.makedirs(FLAGS.report_dir, exist_ok=True)
+    where, when = machine.description(), machine.now()
+    with open(os.path.join(FLAGS.report_dir, "parity.json"), "w") as f:
+        json.dump({"machine": where, "date": when, "np": FLAGS.np, **outcome,
                    "runs": results}, f, indent=2)
-    with open(os.path.join(args.report_dir, "parity.md"), "w") as f:
-        f.write(markdown(results, outcome, args.np, machine, when))
+    with open(os.path.join(FLAGS.report_dir, "parity.md"), "w") as f:
+        f.write(markdown(results, outcome, FLAGS.np, where, when))
     print(f"parity: custom {100 * outcome['custom_accuracy']:.2f}%, keras "
           f"{100 * outcome['keras_accuracy']:.2f}%, gap {outcome['gap_points']:.2f} points: "
-          f"{'PASS' if outcome['passed'] else 'FAIL'} ({args.report_dir}/parity.md)")
+          f"{'PASS' if outcome['passed'] else 'FAIL'} ({FLAGS.report_dir}/parity.md)")
     return 0 if outcome["passed"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

@@ -13,23 +13,22 @@ ranks; median of the rounds after the first (tracing and warm-up).
   autograph          traced with autograph on, as hvd_mnist's step was before (its first
                      call holds the tracing)
 
-    horovodrun -np 2 -H localhost:2 python tools/step_levers.py [--windows=10]
+    horovodrun -np 2 -H localhost:2 python -m tools.bench.step_levers [--windows=10]
 """
 
-import argparse
 import json
-import os
-import statistics
-import sys
 import time
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.process import keras_compat, runtime  # noqa: E402
-from hvd_mnist.training import model as model_lib, step as step_lib  # noqa: E402
-from hvd_mnist.outputs.timing import WINDOW_STEPS  # noqa: E402
+from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.training import model as model_lib, step as step_lib
+from hvd_mnist.outputs.timing import WINDOW_STEPS
+from tools.bench import steady_state
+
+FLAGS = flags.FLAGS
 
 
 def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autograph=False):
@@ -95,14 +94,20 @@ def keras_default_dropout_model():
     return tf.keras.Sequential(layers)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch_size", type=int, default=128, help="per rank")
-    parser.add_argument("--windows", type=int, default=10)
-    parser.add_argument("--threads_per_rank", type=int, default=0)
-    parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
-    parser.add_argument("--report", default="")
-    args = parser.parse_args()
+def define_flags():
+    flags.DEFINE_integer("batch_size", 128, "Images per rank per step.", lower_bound=1)
+    flags.DEFINE_integer("windows", 10, "Rounds of WINDOW_STEPS steps of every variant; the "
+                         "first is dropped.", lower_bound=2)
+    flags.DEFINE_integer("threads_per_rank", 0, "TF threads per rank (0: cores / local "
+                         "ranks, as hvd_mnist).", lower_bound=0)
+    flags.DEFINE_list("only", [], "The variants to measure (default: all).")
+    flags.DEFINE_string("report", "", "A JSON file for rank 0's result.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    args = FLAGS
     topology = runtime.init_horovod()
     threads = runtime.threads_per_rank(args.threads_per_rank, topology.local_size,
                                        runtime.available_cpus())
@@ -113,7 +118,11 @@ def main():
     steps, first_call_seconds = {}, {}
     chosen = variants(args.batch_size)
     if args.only:
-        chosen = {n: chosen[n] for n in args.only.split(",")}
+        unknown = set(args.only) - set(chosen)
+        if unknown:
+            raise app.UsageError(f"--only: no variant {', '.join(sorted(unknown))} "
+                                 f"(variants: {', '.join(chosen)})")
+        chosen = {n: chosen[n] for n in args.only}
     for name, make_step in chosen.items():
         steps[name] = build(name, make_step, seed=1)
         start = time.perf_counter()
@@ -130,7 +139,8 @@ def main():
                                / (time.perf_counter() - start))
     result = {"np": hvd.size(), "threads_per_rank": threads, "batch_size": args.batch_size,
               "first_call_seconds": first_call_seconds,
-              "images_per_second": {n: statistics.median(r[1:]) for n, r in rates.items()},
+              "images_per_second": {n: steady_state.images_per_second(r)
+                                    for n, r in rates.items()},
               "window_images_per_second": rates}
     base = result["images_per_second"]["hvd_mnist"]
     result["over_hvd_mnist"] = {n: r / base for n, r in result["images_per_second"].items()}
@@ -145,4 +155,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

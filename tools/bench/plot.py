@@ -1,8 +1,8 @@
 """Test accuracy and test loss per epoch of one or more runs, as one PNG.
 
     make plot                                   # runs/mnist/summary.json -> runs/mnist/plot.png
-    python tools/plot.py --out=reports/parity.png reports/parity.json
-    python tools/plot.py --out=both.png runs/a/summary.json runs/b/summary.json
+    python -m tools.bench.plot --out=reports/parity.png reports/parity.json
+    python -m tools.bench.plot --out=both.png runs/a/summary.json runs/b/summary.json
 
 Each input is a run's summary.json, or a parity report (reports/parity.json from
 `make parity`), which holds the summaries of both of its runs. One line per run,
@@ -10,10 +10,13 @@ labelled by training path and number of workers (-np), plus the file name where
 two runs would otherwise share a label.
 """
 
-import argparse
 import json
 import os
 import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
 
 PATH_NAMES = {"custom": "custom loop", "keras": "Keras fit"}
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -74,17 +77,22 @@ def plot(runs, out_path: str, title: str) -> None:
     plt.close(figure)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("inputs", nargs="+", help="summary.json or parity.json files")
-    parser.add_argument("--out", default="runs/mnist/plot.png", help="the PNG to write")
-    parser.add_argument("--title", default="hvd_mnist: test accuracy and loss per epoch")
-    args = parser.parse_args(argv)
-    runs = load_runs(args.inputs)
-    plot(runs, args.out, args.title)
-    print(f"plot: {len(runs)} run(s) -> {args.out}")
+def define_flags():
+    flags.DEFINE_string("out", "runs/mnist/plot.png", "The PNG to write.")
+    flags.DEFINE_string("title", "hvd_mnist: test accuracy and loss per epoch",
+                        "The figure's title.")
+
+
+def main(argv):
+    inputs = argv[1:]  # summary.json or parity.json files
+    if not inputs:
+        raise app.UsageError("plot: name one or more summary.json or parity.json files")
+    runs = load_runs(inputs)
+    plot(runs, FLAGS.out, FLAGS.title)
+    print(f"plot: {len(runs)} run(s) -> {FLAGS.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

@@ -7,14 +7,13 @@ loop at the seed recipe's 128 images per worker, each lever on each link, and
 reports/scaling.json and reports/scaling.md.
 
 Images/s and step time come from each run's summary: steps 2..N (step 1 traces
-the function). The time in allreduce comes from tools/allreduce_probe.py run on
+the function). The time in allreduce comes from allreduce_probe.py run on
 the same two hosts and link: the gradients' grouped allreduce alone, after a
 barrier. Model: step = compute + 2(n-1)/n * gradient bytes / link rate + the
 allreduce's fixed cost on an unlimited link, divided over K batches when
 accumulating; measured overlap = compute + allreduce/K - measured step.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -22,11 +21,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-import runlib  # noqa: E402
+from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOSTS_TOOL = os.path.join(ROOT, "tools", "hosts.sh")
+from tools.bench import launch, machine, steady_state
+
+FLAGS = flags.FLAGS
+
+HOSTS_TOOL = os.path.join(launch.REPO_ROOT, "tools", "hosts.sh")
 BED_ENV = {"HOSTS_PREFIX": "hvdscale", "HOSTS_DIR": "/run/hvdscale-hosts"}
 SSH_FLAGS = ["--gloo", "--ssh-port", "2222", "--ssh-identity-file",
              "/run/hvdscale-hosts/id_ed25519", "--network-interface", "eth0", "--disable-cache"]
@@ -54,14 +55,10 @@ def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
     flags = SSH_FLAGS
     if "," not in host_slots:  # one host: horovodrun wants its loopback interface
         flags = [("lo" if flag == "eth0" else flag) for flag in SSH_FLAGS]
-    cmd = [HOSTS_TOOL, "exec", "hostA", os.path.join(runlib.BIN_DIR, "horovodrun"),
-           "-np", str(np_), "-H", host_slots, *flags, *command]
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                            env={**os.environ, **runlib.STALL_ENV, **BED_ENV, **(env or {})}
-                            ).returncode
+    rc, _ = launch.run_logged(
+        [HOSTS_TOOL, "exec", "hostA",
+         *launch.horovodrun_command(np_, command, hosts=host_slots, flags=flags)],
+        log_path, timeout, env={**BED_ENV, **(env or {})})
     if rc != 0:
         raise SystemExit(f"scaling: run failed (exit {rc}), see {log_path}")
 
@@ -73,9 +70,10 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
                                f"--max_steps_per_epoch={steps}", "--log_every=0",
                                f"--batch_size={BATCH}", *flags],
              model_dir + ".log", env)
-    summary = runlib.read_summary(model_dir)
+    summary = launch.read_summary(model_dir)
     timing = summary["timing"]
-    step_seconds = (timing["last_step_unix_time"] - timing["first_step_unix_time"]) / (steps - 1)
+    step_seconds = steady_state.seconds_per_step_after_first(
+        timing["first_step_unix_time"], timing["last_step_unix_time"], steps)
     return {"step_seconds": step_seconds,
             "images_per_second": summary["global_batch_size"] / step_seconds,
             "threads_per_rank": [r["threads_per_rank"] for r in summary["ranks"]],
@@ -84,8 +82,7 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
 
 def probe(work, name):
     log_path = os.path.join(work, f"probe_{name}.log".replace(" ", "_").replace("/", ""))
-    on_hosts("hostA:1,hostB:1", 2, [sys.executable, os.path.join(ROOT, "tools",
-                                                                  "allreduce_probe.py")],
+    on_hosts("hostA:1,hostB:1", 2, launch.python_module("tools.bench.allreduce_probe"),
              log_path)
     with open(log_path) as f:
         line = next(line for line in f if "PROBE " in line)
@@ -98,12 +95,17 @@ def model_step(compute, fixed_seconds, gradient_bytes, bits_per_second, passes):
     return compute + (wire + fixed_seconds) / passes
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data_dir", default="data/tfds")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--out", default=os.path.join(ROOT, "reports"))
-    args = parser.parse_args()
+def define_flags():
+    flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
+    flags.DEFINE_integer("steps", 40, "Steps per run.", lower_bound=2)
+    flags.DEFINE_string("out", os.path.join(launch.REPO_ROOT, "reports"),
+                        "Where scaling.json and scaling.md go.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    args = FLAGS
     data_dir = os.path.abspath(args.data_dir)
     started = time.time()
     work = tempfile.mkdtemp(prefix="scaling-")
@@ -118,18 +120,18 @@ def main():
             shaped = hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
             delay_applied[link] = bool(rate) and "no delay" not in shaped
             probes[link] = probe(work, link)
-            for lever, flags, env in LEVERS + (TUNING if rate else []):
-                result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps, flags,
-                               env, data_dir)
+            for lever, lever_flags, env in LEVERS + (TUNING if rate else []):
+                result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps,
+                               lever_flags, env, data_dir)
                 rows.append({"link": link, "link_bits_per_second": bits, "lever": lever,
-                             "flags": flags, "env": env, **result})
+                             "flags": lever_flags, "env": env, **result})
                 print(f"scaling: {link:>10} {lever:<12} {result['images_per_second']:6.0f} "
                       f"images/s, step {1000 * result['step_seconds']:.0f} ms", flush=True)
         hosts("shape", "off")
     finally:
         hosts("down")
     report = analyse(baseline, rows, probes)
-    report.update({"machine": runlib.machine_description(), "date": runlib.now(),
+    report.update({"machine": machine.description(), "date": machine.now(),
                    "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
                    "wall_seconds": time.time() - started, "delay_applied": delay_applied})
     os.makedirs(args.out, exist_ok=True)
@@ -207,7 +209,8 @@ def markdown(report):
             f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% | "
             f"{1000 * r['allreduce_seconds']:.1f} | {1000 * r['model_step_seconds']:.0f} | "
             f"{100 * r['model_error']:+.0f}% | {1000 * r['overlap_seconds']:.0f} |")
-    lines += ["", "Probe per link (tools/allreduce_probe.py: medians of 15, after a barrier):", "",
+    lines += ["", "Probe per link (tools/bench/allreduce_probe.py: medians of 15, after a "
+              "barrier):", "",
               "| link | compute ms | allreduce fp32 ms | allreduce fp16 ms | gradient bytes |",
               "|---|---|---|---|---|"]
     for link, p in report["probes"].items():
@@ -227,4 +230,5 @@ def markdown(report):
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)

@@ -22,22 +22,20 @@ What differs, and only this:
   (`horovod_variables`; upstream's code fails on `.ref`, horovod#4290), and the optimizer's
   `variables` is a list, not a method.
 
-    horovodrun -np 2 -H localhost:2 python tools/horovod_example.py --steps=160 --out_dir=DIR
+    horovodrun -np 2 -H localhost:2 python -m tools.bench.horovod_example --steps=160 --out_dir=DIR
 """
 
-import argparse
 import json
 import os
 import resource
-import sys
 import time
 
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
+from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hvd_mnist.data import idx  # noqa: E402  the IDX reader, for the data-loading line only
+from hvd_mnist.data import idx  # the IDX reader, for the data-loading line only
 
 
 def horovod_variables(variables):
@@ -53,7 +51,8 @@ def load_data(idx_dir):
     return pair("train"), pair("test")
 
 
-def main(args):
+def main(argv):
+    args = flags.FLAGS
     os.makedirs(args.out_dir, exist_ok=True)  # (instrumentation)
 
     # Horovod: initialize Horovod.
@@ -133,8 +132,8 @@ def main(args):
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--idx_dir', default='data/cache/idx')
-    parser.add_argument('--steps', type=int, required=True, help='steps per worker')
-    parser.add_argument('--out_dir', required=True)
-    main(parser.parse_args())
+    flags.DEFINE_string('idx_dir', 'data/cache/idx', 'The IDX .gz files make data writes.')
+    flags.DEFINE_integer('steps', None, 'Steps per worker.', lower_bound=1)
+    flags.DEFINE_string('out_dir', None, 'Where the checkpoint and rank<R>.json go.')
+    flags.mark_flags_as_required(['steps', 'out_dir'])
+    app.run(main)
