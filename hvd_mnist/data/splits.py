@@ -60,6 +60,27 @@ def check_record_files(data_dir: str, split: str, rank: int = 0, size: int = 1) 
                              PREPARE_COMMAND.format(data_dir=data_dir), rank, size)
 
 
+def damaged_part(data_dir: str) -> tuple[str, str]:
+    """What of data_dir prepare must write again, and why: ("", "") when its TFDS record
+    files and its decoded copy are what make data wrote, ("copy", reason) when only the
+    copy is missing or damaged, ("records", reason) otherwise (reason "": nothing there)."""
+    try:
+        check_prepared(data_dir)
+    except DataError:
+        return "records", ""
+    try:
+        for split in SPLITS:
+            decoded.check_tfds_files(decoded_dir(data_dir), dataset_dir(data_dir), split, "")
+    except DataError as e:
+        return "records", str(e)
+    try:
+        for split in SPLITS:
+            decoded.check_files(decoded_dir(data_dir), split, "")
+    except DataError as e:
+        return "copy", str(e)
+    return "", ""
+
+
 def load_split(data_dir: str, split: str) -> Split:
     """A whole split: from the decoded copy prepare wrote (decoded.py) in milliseconds,
     else decoded from the TFDS files through tfds.load; never touching the network."""
