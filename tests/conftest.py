@@ -61,13 +61,25 @@ def tiny_sharded_data_dir(tmp_path_factory):
 
 def horovodrun(np_, args, timeout=180, cwd=None, env=None):
     """Runs `horovodrun -np N <args>` and returns the completed process (text output)."""
+    return subprocess.run(_horovodrun_command(np_, args), capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=_horovodrun_env(env))
+
+
+def horovodrun_in_background(np_, args, env=None):
+    """Starts `horovodrun -np N <args>`; the caller waits for it (communicate, with a timeout)."""
+    return subprocess.Popen(_horovodrun_command(np_, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_horovodrun_env(env))
+
+
+def _horovodrun_command(np_, args):
     # Gloo explicitly: where Horovod is also built with MPI, horovodrun would pick MPI,
     # whose messages the tests do not expect.
-    cmd = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
-           "--gloo", *args]
-    full_env = {**os.environ, **HOROVOD_TEST_ENV, **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=full_env)
+    return [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+            "--gloo", *args]
+
+
+def _horovodrun_env(env):
+    return {**os.environ, **HOROVOD_TEST_ENV, **(env or {})}
 
 
 def assert_every_rank_said(result, error, num_ranks=2):
