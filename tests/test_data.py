@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import flip_middle_4k, truncate_half
 from hvd_mnist import config
 from hvd_mnist.data import splits, decoded
 from hvd_mnist.errors import DataError
@@ -109,14 +110,24 @@ def test_without_a_decoded_copy_the_split_is_decoded_from_tfds(tiny_data_dir, tm
                           splits.load_split(tiny_data_dir, "test").images)
 
 
+def copy_of(data_dir, tmp_path):
+    copy = tmp_path / "tfds"
+    shutil.copytree(data_dir, copy)
+    return copy
+
+
+def refusal(data_dir, split):
+    """The one line load_split refuses `split` of data_dir with."""
+    with pytest.raises(DataError) as error:
+        splits.load_split(str(data_dir), split)
+    return str(error.value)
+
+
 def test_a_stale_decoded_copy_is_refused_in_one_line(tiny_data_dir, tmp_path):
-    changed = tmp_path / "tfds"
-    shutil.copytree(tiny_data_dir, changed)
+    changed = copy_of(tiny_data_dir, tmp_path)
     record = changed / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
     record.write_bytes(record.read_bytes()[:-1] + b"x")  # same size, other bytes
-    with pytest.raises(DataError) as error:
-        splits.load_split(str(changed), "train")
-    assert str(error.value) == (
+    assert refusal(changed, "train") == (
         f"the decoded copy in {changed}/hvd_mnist_decoded/mnist-3.0.1 does not match the TFDS "
         f"files it was made from (train split changed since); make it again with: make data "
         f"(or: python -m hvd_mnist.prepare --data_dir={changed})")
@@ -138,3 +149,27 @@ def test_truncated_record_file_is_one_line_asking_to_prepare_again(tiny_data_dir
                               "480 elements but contained only")
     assert message.endswith(f"prepare them again with: make data (or: python -m "
                             f"hvd_mnist.prepare --data_dir={damaged})")
+
+
+@pytest.mark.parametrize("damage,reason", [
+    (flip_middle_4k, "its sha256 is not the one recorded when it was written"),
+    (truncate_half, "{size} bytes, {recorded} when it was written"),
+])
+def test_a_damaged_decoded_copy_is_refused_in_one_line(tiny_data_dir, tmp_path, damage, reason):
+    damaged = copy_of(tiny_data_dir, tmp_path)
+    images = damaged / "hvd_mnist_decoded/mnist-3.0.1/train-images.tensor"
+    recorded = os.path.getsize(images)
+    damage(images)
+    assert refusal(damaged, "train") == (
+        f"{images} is damaged ({reason.format(size=os.path.getsize(images), recorded=recorded)}"
+        f"); make the decoded copy again with: make data (or: python -m hvd_mnist.prepare "
+        f"--data_dir={damaged})")
+    splits.load_split(str(damaged), "test")  # the test split's files are intact
+
+
+def test_a_decoded_copy_of_the_earlier_format_is_refused(tiny_data_dir, tmp_path):
+    # Format 1 recorded no checksums of the copy's own files, so it cannot be checked.
+    older = copy_of(tiny_data_dir, tmp_path)
+    source = older / "hvd_mnist_decoded/mnist-3.0.1/source.json"
+    source.write_text(source.read_text().replace('"format": 2', '"format": 1'))
+    assert "(format 1, not 2); make it again with: make data" in refusal(older, "test")

@@ -361,3 +361,6 @@ def test_rank_0_lost_in_a_checkpoint_save_the_new_rank_0_writes_it(tiny_data_dir
     assert_every_example_once_per_epoch(kept, epochs=3)
     assert (tmp_path / "checkpoints/ckpt-2.index").exists()
     assert_finished_like_a_normal_run(tmp_path, epochs=3, num_workers=1)
+    # The model_dir's lock died with the first rank 0; the new one took it (ownership.py).
+    assert f"{tmp_path}: rank 0 moved here from host " in output
+    assert not (tmp_path / "owner.lock").exists()

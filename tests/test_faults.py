@@ -1,11 +1,12 @@
 """Faults during real `horovodrun -np 2` jobs: killed workers, kills during a save, NaN
-losses, damaged or foreign checkpoints, a model_dir that is or becomes unwritable or full;
-and exact resume afterwards.
+losses, damaged or foreign checkpoints, a model_dir that is or becomes unwritable or full,
+a second job on a live model_dir; and exact resume afterwards.
 
 All runs share deterministic flags, so any resumed run must end with exactly the
 weights of the uninterrupted reference run: 3 epochs of 5 steps, dropout on.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,8 +16,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from conftest import (assert_every_rank_said, horovodrun, load_weights, max_abs_difference,
-                      snapshot, trainer_command)
+from conftest import (assert_every_rank_said, horovodrun, horovodrun_in_background,
+                      load_weights, max_abs_difference, snapshot, trainer_command)
+from hvd_mnist.outputs import ownership
 
 pytestmark = pytest.mark.horovodrun
 
@@ -26,12 +28,14 @@ WITH_FAULT = os.path.join(os.path.dirname(__file__), "with_fault.py")
 
 
 def run(tiny_data_dir, model_dir, *extra, fault=None, timeout=120):
-    command = trainer_command(f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}",
+    return horovodrun(2, command(tiny_data_dir, model_dir, *extra, fault=fault),
+                      timeout=timeout, env={"HVD_MNIST_TEST_FAULT": fault} if fault else None)
+
+
+def command(tiny_data_dir, model_dir, *extra, fault=None):
+    trainer = trainer_command(f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}",
                               f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
-    if fault:
-        command = [sys.executable, WITH_FAULT, *command[3:]]
-    return horovodrun(2, command, timeout=timeout,
-                      env={"HVD_MNIST_TEST_FAULT": fault} if fault else None)
+    return [sys.executable, WITH_FAULT, *trainer[3:]] if fault else trainer
 
 
 def final_weights(model_dir):
@@ -182,3 +186,54 @@ def test_checkpoint_directory_made_unwritable_mid_run_stops_every_rank(tiny_data
         "then continue with --resume"))
     assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-1")
     assert not list((tmp_path / "checkpoints").glob("ckpt-2*"))
+
+
+def lock_holder(model_dir):
+    return json.loads((model_dir / ownership.LOCK_FILE).read_text())
+
+
+def test_a_second_job_on_a_live_model_dir_is_refused_and_the_first_ends_intact(
+        tiny_data_dir, tmp_path, reference):
+    model_dir, go_file = tmp_path / "model", tmp_path / "go"
+    first = horovodrun_in_background(
+        2, command(tiny_data_dir, model_dir, fault="wait_before_step:8"),
+        env={"HVD_MNIST_TEST_FAULT": "wait_before_step:8", "HVD_MNIST_TEST_GO_FILE": str(go_file)})
+    try:
+        deadline = time.monotonic() + 120  # the first job holds still in epoch 2
+        while not os.path.exists(f"{go_file}.waiting0") and first.poll() is None:
+            assert time.monotonic() < deadline, "the first job never reached step 8"
+            time.sleep(0.2)
+        assert first.poll() is None, first.communicate()
+        holder = lock_holder(model_dir)
+        before = snapshot(model_dir)
+
+        second = run(tiny_data_dir, model_dir, "--resume", timeout=90)
+        assert_every_rank_said(second, (
+            f"--model_dir={model_dir} is in use by another run (host {holder['host']}, pid "
+            f"{holder['pid']}, started {holder['started_utc']}); wait for it to end, or use "
+            "another --model_dir"))
+        assert snapshot(model_dir) == before, "the refused job wrote to model_dir"
+    finally:
+        go_file.touch()
+        stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stdout + stderr
+    assert_bitwise_equal(final_weights(model_dir), reference)
+    starts = json.loads((model_dir / "config.json").read_text())["starts"]
+    assert [start["resumed_after_epoch"] for start in starts] == [None]  # the first job's only
+    assert not (model_dir / ownership.LOCK_FILE).exists()
+
+
+def test_resume_after_rank_0_died_takes_the_model_dir_over_naming_it(tiny_data_dir, tmp_path,
+                                                                      reference):
+    killed = run(tiny_data_dir, tmp_path, fault="kill_before_step:0:8", timeout=90)
+    assert "Process 0 exit with status code 137." in killed.stdout, killed.stdout + killed.stderr
+    holder = lock_holder(tmp_path)  # left behind by the dead rank 0, lock and all gone
+
+    resumed = run(tiny_data_dir, tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (f"[0]<stdout>:{tmp_path} was held by a run that ended without releasing it (host "
+            f"{holder['host']}, pid {holder['pid']}, started {holder['started_utc']}); this "
+            "run takes it over\n") in resumed.stdout
+    assert "resuming after epoch 1" in resumed.stdout
+    assert_bitwise_equal(final_weights(tmp_path), reference)
+    assert not (tmp_path / ownership.LOCK_FILE).exists()

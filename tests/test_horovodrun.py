@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 
-from conftest import (TINY_TEST, assert_every_rank_said, assert_no_rank_traceback,
-                      assert_some_rank_said, horovodrun, load_weights, max_abs_difference,
-                      snapshot, trainer_command)
+from conftest import (TINY_TEST, assert_each_rank_said, assert_every_rank_said,
+                      assert_no_rank_traceback, assert_some_rank_said, flip_middle_4k,
+                      horovodrun, load_weights, max_abs_difference, snapshot, trainer_command,
+                      truncate_half)
 
 pytestmark = pytest.mark.horovodrun
 
@@ -92,25 +93,67 @@ def test_missing_data_stops_the_job_before_horovod_starts(tmp_path):
     assert not (tmp_path / "model").exists()
 
 
-def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp_path):
+def run_on_damaged_data(data_dir, tmp_path, damage, damaged_file, *flags):
+    """A job on a copy of data_dir with one file damaged, resuming in a model_dir an earlier
+    run left; returns (the job, the copy, whether model_dir changed)."""
     damaged = tmp_path / "tfds"
-    shutil.copytree(tiny_data_dir, damaged)
-    record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
-    os.truncate(record, os.path.getsize(record) // 2)
+    shutil.copytree(data_dir, damaged)
+    damage(damaged / damaged_file)
     model_dir = tmp_path / "model"  # what an earlier run left behind must stay as it was
     (model_dir / "checkpoints").mkdir(parents=True)
     (model_dir / "config.json").write_text("{}")
     (model_dir / "checkpoints/checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
     before = snapshot(model_dir)
-
     result = horovodrun(2, trainer_command(f"--data_dir={damaged}", f"--model_dir={model_dir}",
-                                           "--resume"), timeout=90)
-    # The decoded copy (hvd_mnist/decoded.py) no longer matches the damaged file.
+                                           "--resume", *flags), timeout=90)
+    return result, damaged, snapshot(model_dir) != before
+
+
+def test_damaged_dataset_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp_path):
+    result, damaged, changed = run_on_damaged_data(
+        tiny_data_dir, tmp_path, truncate_half, "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001")
+    # The decoded copy (data/decoded.py) no longer matches the damaged file.
     assert_every_rank_said(result, (
         f"the decoded copy in {damaged}/hvd_mnist_decoded/mnist-3.0.1 does not match the TFDS "
         "files it was made from (train split changed since); make it again with: make data "
         f"(or: python -m hvd_mnist.prepare --data_dir={damaged})"))
-    assert snapshot(model_dir) == before
+    assert not changed
+
+
+def test_damaged_decoded_copy_stops_every_rank_and_changes_nothing(tiny_data_dir, tmp_path):
+    images = "hvd_mnist_decoded/mnist-3.0.1/train-images.tensor"
+    result, damaged, changed = run_on_damaged_data(tiny_data_dir, tmp_path, flip_middle_4k,
+                                                   images)
+    assert_every_rank_said(result, (
+        f"{damaged}/{images} is damaged (its sha256 is not the one recorded when it was "
+        "written); make the decoded copy again with: make data (or: python -m "
+        f"hvd_mnist.prepare --data_dir={damaged})"))
+    assert not changed
+
+
+def test_truncated_record_file_stops_every_rank_under_stream_input(tiny_data_dir, tmp_path):
+    record = "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
+    size = os.path.getsize(os.path.join(tiny_data_dir, record))
+    result, damaged, changed = run_on_damaged_data(tiny_data_dir, tmp_path, truncate_half,
+                                                   record, "--input=stream")
+    assert_every_rank_said(result, (
+        f"{damaged}/{record} is damaged ({size // 2} bytes, {size} when it was written); "
+        f"prepare it again with: make data (or: python -m hvd_mnist.prepare "
+        f"--data_dir={damaged})"))
+    assert not changed
+
+
+def test_damaged_record_file_of_one_rank_stops_every_rank_under_files_input(
+        tiny_sharded_data_dir, tmp_path):
+    record = "mnist/3.0.1/mnist-train.tfrecord-00001-of-00004"  # rank 1 reads files 1 and 3
+    result, damaged, changed = run_on_damaged_data(
+        tiny_sharded_data_dir, tmp_path, flip_middle_4k, record, "--input=files",
+        "--batch_size=16")
+    error = (f"{damaged}/{record} is damaged (its sha256 is not the one recorded when it was "
+             "written); prepare it again with: make data (or: python -m hvd_mnist.prepare "
+             f"--data_dir={damaged})")
+    assert_each_rank_said(result, [f"rank 1: {error}", error])
+    assert not changed
 
 
 @pytest.mark.parametrize("mode", ["custom", "keras"])

@@ -4,12 +4,16 @@ Examples are identified by their pixels (the tiny synthetic digits are all disti
 so these tests check the batches the trainers would consume, not the index arithmetic.
 """
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import flip_middle_4k, truncate_half
 from hvd_mnist.data import splits, inputs
-from hvd_mnist.errors import UserFacingError
+from hvd_mnist.errors import DataError, UserFacingError
 
 BATCH = 20  # per rank
 
@@ -108,3 +112,30 @@ def test_float64_input_for_the_float64_model(tiny_data_dir):
     source = inputs.open_input("stream", tiny_data_dir, inputs.Shard(0, 1), 100, tf.float64)
     images, _ = next(iter(source.eval_batches(8)))
     assert images.dtype == tf.float64 and float(tf.reduce_max(images)) <= 1.0
+
+
+def test_stream_refuses_a_damaged_record_file_before_the_first_batch(tiny_data_dir, tmp_path):
+    damaged = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, damaged)
+    record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00000-of-00001"
+    flip_middle_4k(record)
+    with pytest.raises(DataError) as error:
+        inputs.open_input("stream", str(damaged), inputs.Shard(0, 2), 100)
+    assert str(error.value) == (
+        f"{record} is damaged (its sha256 is not the one recorded when it was written); "
+        f"prepare it again with: make data (or: python -m hvd_mnist.prepare "
+        f"--data_dir={damaged})")
+
+
+def test_files_mode_checks_the_files_of_its_own_rank(tiny_sharded_data_dir, tmp_path):
+    damaged = tmp_path / "tfds"
+    shutil.copytree(tiny_sharded_data_dir, damaged)
+    record = damaged / "mnist/3.0.1/mnist-train.tfrecord-00001-of-00004"  # rank 1's of 2
+    recorded = os.path.getsize(record)
+    truncate_half(record)
+    inputs.open_input("files", str(damaged), inputs.Shard(0, 2), 100)  # reads files 0 and 2
+    with pytest.raises(DataError) as error:
+        inputs.open_input("files", str(damaged), inputs.Shard(1, 2), 100)
+    assert str(error.value).startswith(
+        f"{record} is damaged ({recorded // 2} bytes, {recorded} when it was written); "
+        "prepare it again with: make data")

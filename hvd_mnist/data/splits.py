@@ -21,6 +21,7 @@ from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"
 DATASET_VERSION = "3.0.1"
+SPLITS = ("train", "test")
 PREPARE_COMMAND = "make data (or: python -m hvd_mnist.prepare --data_dir={data_dir})"
 
 
@@ -48,11 +49,43 @@ def dataset_dir(data_dir: str) -> str:
     return os.path.join(data_dir, DATASET, DATASET_VERSION)
 
 
+def decoded_dir(data_dir: str) -> str:
+    return decoded.directory(data_dir, DATASET, DATASET_VERSION)
+
+
+def check_record_files(data_dir: str, split: str, rank: int = 0, size: int = 1) -> None:
+    """Fails, naming the file and the prepare command, when a TFDS record file of `split`
+    that rank `rank` of `size` reads (all of them by default) is not what make data wrote."""
+    decoded.check_tfds_files(decoded_dir(data_dir), dataset_dir(data_dir), split,
+                             PREPARE_COMMAND.format(data_dir=data_dir), rank, size)
+
+
+def damaged_part(data_dir: str) -> tuple[str, str]:
+    """What of data_dir prepare must write again, and why: ("", "") when its TFDS record
+    files and its decoded copy are what make data wrote, ("copy", reason) when only the
+    copy is missing or damaged, ("records", reason) otherwise (reason "": nothing there)."""
+    try:
+        check_prepared(data_dir)
+    except DataError:
+        return "records", ""
+    try:
+        for split in SPLITS:
+            decoded.check_tfds_files(decoded_dir(data_dir), dataset_dir(data_dir), split, "")
+    except DataError as e:
+        return "records", str(e)
+    try:
+        for split in SPLITS:
+            decoded.check_files(decoded_dir(data_dir), split, "")
+    except DataError as e:
+        return "copy", str(e)
+    return "", ""
+
+
 def load_split(data_dir: str, split: str) -> Split:
     """A whole split: from the decoded copy prepare wrote (decoded.py) in milliseconds,
     else decoded from the TFDS files through tfds.load; never touching the network."""
     check_prepared(data_dir)
-    copy = decoded.read(decoded.directory(data_dir, DATASET, DATASET_VERSION), split,
+    copy = decoded.read(decoded_dir(data_dir), split,
                         decoded.tfds_files(dataset_dir(data_dir), DATASET, split),
                         PREPARE_COMMAND.format(data_dir=data_dir))
     return Split(*copy) if copy is not None else decode_split(data_dir, split)
@@ -79,11 +112,11 @@ def decode_split(data_dir: str, split: str) -> Split:
 def write_decoded(data_dir: str) -> str:
     """Decodes both splits from the TFDS files once and writes the copy load_split reads."""
     splits, sources = {}, {}
-    for split in ("train", "test"):
+    for split in SPLITS:
         decoded_split = decode_split(data_dir, split)
         splits[split] = (decoded_split.images, decoded_split.labels)
         sources[split] = decoded.tfds_files(dataset_dir(data_dir), DATASET, split)
-    out_dir = decoded.directory(data_dir, DATASET, DATASET_VERSION)
+    out_dir = decoded_dir(data_dir)
     decoded.write(out_dir, splits, sources)
     return out_dir
 

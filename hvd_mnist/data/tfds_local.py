@@ -38,11 +38,15 @@ class LocalMnist(tfds_mnist.MNIST, skip_registration=True):
         ]
 
 
-def build(idx_dir: str, data_dir: str, split_sizes: dict, num_shards: int = 1) -> str:
-    """Writes each split as `num_shards` record files (--input=files reads them per rank)."""
+def build(idx_dir: str, data_dir: str, split_sizes: dict, num_shards: int = 1,
+          overwrite: bool = False) -> str:
+    """Writes each split as `num_shards` record files (--input=files reads them per rank);
+    a dataset already in data_dir is kept unless `overwrite`."""
     tfds.disable_progress_bar()
     builder = LocalMnist(idx_dir=idx_dir, split_sizes=split_sizes, data_dir=data_dir)
+    mode = (tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS if overwrite else
+            tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS)
     with quiet.tfds_prints():  # "Downloading ..." would be wrong here: nothing is downloaded
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            try_download_gcs=False, num_shards=num_shards))
+            try_download_gcs=False, num_shards=num_shards, download_mode=mode))
     return builder.data_dir

@@ -14,6 +14,7 @@ progress, TensorBoard, checkpoints, records and export are the custom loop's.
 import dataclasses
 import os
 import time
+import uuid
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -22,8 +23,8 @@ from horovod.common.exceptions import HorovodInternalError
 from hvd_mnist import config as config_lib, testing_aids
 from hvd_mnist.data import resharding, splits
 from hvd_mnist.errors import UserFacingError
-from hvd_mnist.outputs import (checkpoint, progress, records, run_identity, tensorboard_log,
-                               timing)
+from hvd_mnist.outputs import (checkpoint, ownership, progress, records, run_identity,
+                               tensorboard_log, timing)
 from hvd_mnist.process import keras_compat, runtime
 from hvd_mnist.training import job as job_lib, loop, model as model_lib, step as step_lib
 from hvd_mnist.training.elastic_state import TrainingState
@@ -76,10 +77,11 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                tensorboard_log.TensorBoardLog(config.model_dir),
                testing_aids.example_log_for(config), wall_start)
     state = TrainingState(
-        keras_compat.state_variables(model, optimizer), lambda first: _prepare_on_chief(run, first),
+        keras_compat.state_variables(model, optimizer),
+        lambda first: _prepare_on_chief(run, state.owner_job, first),
         epoch=1, first_epoch=1, position=0, epoch_examples=0, loss_sum=0.0,
         steps_in_epoch=0, epoch_seconds=0.0, train_steps=0, images_trained=0, starts=0,
-        finished=False, history=())
+        finished=False, history=(), owner_job="")
     return hvd.elastic.run(_reporting_lost_peers(_train))(state, run)
 
 
@@ -108,18 +110,25 @@ def _store(run: _Run, job: job_lib.Job) -> checkpoint.CheckpointStore:
                                       run.config.keep_checkpoints, record)
 
 
-def _prepare_on_chief(run: _Run, first_sync: bool) -> dict:
-    """Rank 0, before its state is broadcast: at the job's start, model_dir and --resume."""
-    if not first_sync:
-        return {}
+def _prepare_on_chief(run: _Run, owner_job: str, first_sync: bool) -> dict:
+    """Rank 0, before its state is broadcast: model_dir held by this job (ownership.py),
+    and at the job's start, --resume."""
     config = run.config
-    job_lib.make_model_dir(config.model_dir)
+    # At every sync, not only the first: a reset may have made another process rank 0,
+    # and the earlier one may be gone with its lock. The job's name travels in the state.
+    owner_job = owner_job or uuid.uuid4().hex
+    taken_over = ownership.take(config.model_dir, job=owner_job)
+    if taken_over:
+        runtime.log(taken_over)
+    if not first_sync:
+        return {"owner_job": owner_job}
     store = _store(run, run.job)
     restored = store.restore_latest() if config.resume else checkpoint.Restored(0)
     records.record_start(config, hvd.size(),
                          resumed_after_epoch=restored.epoch if config.resume else None)
     loop.log_resume(config, restored, store)
-    return {"epoch": restored.epoch + 1, "first_epoch": restored.epoch + 1}
+    return {"epoch": restored.epoch + 1, "first_epoch": restored.epoch + 1,
+            "owner_job": owner_job}
 
 
 def _train(state: TrainingState, run: _Run) -> dict:

@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from hvd_mnist import config as config_lib, testing_aids
 from hvd_mnist.data import inputs
-from hvd_mnist.errors import UserFacingError
-from hvd_mnist.outputs import export, files, records
+from hvd_mnist.outputs import export, files, ownership, records
 from hvd_mnist.process import runtime
 from hvd_mnist.training import model as model_lib
 
@@ -37,7 +36,10 @@ def start(config: config_lib.TrainConfig) -> Job:
     """
     topology, threads = start_horovod(config)
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
-    runtime.on_chief(lambda: make_model_dir(config.model_dir))
+    # After the checks of the input, which write nothing, and before anything is written.
+    taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
+    if taken_over:
+        runtime.log(taken_over)
     return job
 
 
@@ -103,16 +105,6 @@ def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
     return model_lib.make_optimizer(config.optimizer, learning_rate(config, job))
 
 
-
-
-def make_model_dir(model_dir: str) -> None:
-    """Creates model_dir (rank 0 only), before anything else is done."""
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-    except OSError as e:
-        raise UserFacingError(f"--model_dir={model_dir} is not writable ({e.strerror})") from None
-
-
 def finish(config: config_lib.TrainConfig, summary: dict, model) -> None:
     """Rank 0 writes summary.json and (with --export) the exported model, and prints the
     summary; every rank calls it."""
@@ -124,5 +116,6 @@ def finish(config: config_lib.TrainConfig, summary: dict, model) -> None:
         directory = export.export_on_chief(config.model_dir, model, summary)
         runtime.log(f"exported the model to {directory}: python -m hvd_mnist.predict "
                     f"--model={directory} FILE...")
+    ownership.release(config.model_dir)  # rank 0's, the only one holding it
 
 
