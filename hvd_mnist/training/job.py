@@ -64,22 +64,22 @@ def start_horovod(config: config_lib.TrainConfig) -> tuple[runtime.Topology, int
 def open_job(config: config_lib.TrainConfig, topology: runtime.Topology, threads: int) -> Job:
     """Batching, the input and the steps per epoch, for one rank (may raise UserFacingError)."""
     dtype = tf.float64 if config.float64 else tf.float32
-    config_lib.resolve_batching(config, topology.size)  # a bad batch before reading any data
+    batching = config_lib.resolve_batching(config, topology.size)  # before reading any data
     source = inputs.open_input(config.input, config.data_dir,
                                inputs.Shard(topology.rank, topology.size),
                                config.shuffle_buffer, dtype)
-    return _sized(config, topology, source, dtype, threads)
+    return _sized(config, topology, batching, source, dtype, threads)
 
 
 def resize(config: config_lib.TrainConfig, job: Job, topology: runtime.Topology) -> Job:
     """The job on another set of workers (elastic): the same data, with batching and steps
     resolved for them as at the start."""
     source = job.source.for_shard(inputs.Shard(topology.rank, topology.size))
-    return _sized(config, topology, source, job.dtype, job.threads_per_rank)
+    return _sized(config, topology, config_lib.resolve_batching(config, topology.size), source,
+                  job.dtype, job.threads_per_rank)
 
 
-def _sized(config, topology, source, dtype, threads) -> Job:
-    batching = config_lib.resolve_batching(config, topology.size)
+def _sized(config, topology, batching, source, dtype, threads) -> Job:
     steps = config_lib.resolve_steps_per_epoch(
         source.usable_train_examples(), batching.global_batch_size,
         config.max_steps_per_epoch, config.backward_passes_per_step)
