@@ -176,6 +176,8 @@ def test_the_stacks_report_names_the_cpu_both_stacks_and_the_verdict():
 
 @pytest.mark.parametrize("cpu_flags, unit", [
     ("avx avx2 fma", "AVX2-only"), ("avx2 avx512f avx512bw", "AVX-512"),
+    ("avx2 avx512f avx512_bf16", "AVX-512 + BF16"),
+    ("avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "AVX-512 + BF16 + AMX"),
     ("avx2 avx512f amx_bf16 amx_tile", "AVX-512 + AMX"), ("sse sse2", "no AVX2")])
 def test_a_report_names_the_cpus_vector_unit(cpu_flags, unit):
     assert machine.vector_unit(cpu_flags.split()) == unit

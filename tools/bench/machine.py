@@ -8,11 +8,13 @@ import platform
 
 
 def vector_unit(cpu_flags) -> str:
-    """The widest vector unit in /proc/cpuinfo's flags, with AMX where the CPU has it."""
+    """The widest vector unit in /proc/cpuinfo's flags, with bfloat16 instructions (AVX-512
+    BF16) and AMX where the CPU has them: both decide what mixed precision can gain."""
     flags = set(cpu_flags)
     unit = ("AVX-512" if "avx512f" in flags else "AVX2-only" if "avx2" in flags
             else "no AVX2")
-    return unit + (" + AMX" if "amx_tile" in flags else "")
+    return (unit + (" + BF16" if "avx512_bf16" in flags else "")
+            + (" + AMX" if "amx_tile" in flags else ""))
 
 
 def cpu(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
@@ -30,13 +32,16 @@ def cpu(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
 
 
 def description(with_python: bool = True) -> str:
-    """One line: cores (CPU model, vector unit), memory, kernel and (with_python) Python."""
+    """One line: cores (CPU model, vector unit), memory, kernel, (with_python) Python, and
+    the 1-minute load average now: above the core count, other work shared the machine
+    and the report's absolute times are upper bounds."""
     processor = cpu()
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     line = (f"{len(os.sched_getaffinity(0))} cores ({processor['model']}, "
             f"{processor['vector_unit']}), {memory_gib:.0f} GiB, "
             f"{platform.system()} {platform.release()}")
-    return line + (f", Python {platform.python_version()}" if with_python else "")
+    line += f", Python {platform.python_version()}" if with_python else ""
+    return line + f", load average {os.getloadavg()[0]:.1f}"
 
 
 def now() -> str:
