@@ -188,11 +188,24 @@ def test_repository_paths_the_docs_name_exist():
     assert not wrong, "no such file:\n" + "\n".join(wrong)
 
 
+def anchors(markdown: str) -> set:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as -."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", markdown, flags=re.M)}
+
+
 def test_relative_links_resolve():
-    wrong = [f"{doc.relative_to(ROOT)}: {target}"
-             for doc, target in mentions(r"\]\(([^)\s]+)\)")
-             if not re.match(r"[a-z]+:|#", target)
-             and not exists(doc.parent / target.split("#")[0])]
+    wrong = []
+    for doc, target in mentions(r"\]\(([^)\s]+)\)"):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        page = (doc.parent / path).resolve() if path else doc
+        if not exists(page):
+            wrong.append(f"{doc.relative_to(ROOT)}: {target}")
+        elif anchor and page.exists() and page.suffix == ".md" and anchor not in anchors(
+                text_of(page)):
+            wrong.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert not wrong, "links to nothing:\n" + "\n".join(wrong)
 
 
