@@ -16,8 +16,8 @@ INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
 PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
 
-# --recipe=fast: flag values it sets unless given on the command line. Why these
-# values, with the measured curves: README, "A fast recipe".
+# --recipe=fast: flag values it sets unless given on the command line (docs/usage.md;
+# its time to 99%: docs/performance.md).
 RECIPES = {
     "seed": {},  # Horovod's Keras example: Adadelta(1.0 x workers), 128 per worker, 12 epochs
     "fast": {"optimizer": "adam", "learning_rate": 0.0015, "batch_size": 64, "epochs": 3,

@@ -60,12 +60,12 @@ def define_flags():
     flags.DEFINE_integer("threads_per_rank", 0, "TF threads per process (0: cores / "
                          "processes on this host).", lower_bound=0)
     flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable runs: TF op determinism and "
-                      "no Horovod tensor fusion (slower; see README).")
+                      "no Horovod tensor fusion (slower; docs/usage.md).")
 
     flags.DEFINE_enum("recipe", "seed", list(config_lib.RECIPES),
                       "seed: Horovod's Keras example (Adadelta 1.0 x workers, 12 epochs). fast: "
-                      "Adam with warm-up and linear decay, fewer epochs (README: A fast "
-                      "recipe). Flags given explicitly override the recipe's values.")
+                      "Adam with warm-up and linear decay, fewer epochs (docs/usage.md). "
+                      "Flags given explicitly override the recipe's values.")
     flags.DEFINE_enum("lr_schedule", "constant", list(config_lib.LR_SCHEDULES),
                       "constant, or warmup_linear: linear warm-up over --warmup_epochs, then "
                       "linear decay to 0 at the last step.")
@@ -79,14 +79,15 @@ def define_flags():
                       "every rank reads the TFDS record files through tf.data each epoch, "
                       "shuffled from (seed, epoch), then Dataset.shard(size, rank) (same global "
                       "batches at any -np); files: each rank reads only its own record files "
-                      "(needs prepare --num_shards; results depend on -np). README: Input.")
+                      "(needs prepare --num_shards; results depend on -np). docs/usage.md: "
+                      "Input modes.")
     flags.DEFINE_integer("shuffle_buffer", 60000, "--input=stream/files: examples in the "
                          "shuffle buffer (60000 covers all of MNIST's training split).",
                          lower_bound=1)
     flags.register_multi_flags_validator(
         ["keras_literal", "input"], lambda f: not f["keras_literal"] or f["input"] == "memory",
         message="--keras_literal needs --input=memory")
-    flags.DEFINE_bool("elastic", False, "Elastic training (README: Elastic training): run under "
+    flags.DEFINE_bool("elastic", False, "Elastic training (docs/elastic.md): run under "
                       "horovodrun --min-np/--max-np --host-discovery-script; workers may leave "
                       "and join, training goes on from the last commit.")
     flags.DEFINE_integer("commit_every", 20, "With --elastic: steps between commits of model, "

@@ -49,7 +49,7 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
     os.kill(victim, signal.SIGKILL)
     killed_at = time.time()
     # The failed host is blacklisted; take it out of the file only once the job has
-    # re-formed without it (README: Elastic training, on a race in Horovod's driver).
+    # re-formed without it (docs/elastic.md, on a race in Horovod's driver).
     # Its host, not a fixed one: the driver puts rank 1 on either (hash order).
     wait_for(lambda logs: any(r.get("start") == 2 for rs in logs.values() for r in rs),
              tmp_path, job)

@@ -174,7 +174,8 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"],
                   jit_compile=False)
     # Rank 0's weights and optimizer slots on every rank before the first step, as the
-    # custom loop does (train.py says why that beats Horovod's broadcast callback).
+    # custom loop does (loop.restore_and_broadcast says why that beats Horovod's broadcast
+    # callback).
     optimizer.build(model.trainable_variables)
     hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
 

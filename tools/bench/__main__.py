@@ -15,7 +15,7 @@ Parts, in this order:
   versus    5. hvd_mnist against Horovod's own example at each --nps (versus_example.py),
                then the step's and start-up levers (levers.py).
 Ratios measured in this run are set beside the baseline report's (baselines.py).
-Writes reports/bench.json and reports/bench.md (the README's performance tables); a run
+Writes reports/bench.json and reports/bench.md (docs/performance.md summarises them); a run
 of some parts only writes reports/bench_<parts>.json and .md instead.
 """
 
