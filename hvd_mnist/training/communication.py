@@ -26,7 +26,7 @@ def average_loss(loss, requests=None):
     two more numbers in it cost nothing measurable (docs/reliability.md).
     """
     if requests is None:
-        return average_loss(loss, requests)
+        return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
     both = tf.concat([tf.reshape(loss, [1]), tf.cast(requests, loss.dtype)], axis=0)
     averaged = hvd.allreduce(both, op=hvd.Average, name="train_loss")
     return averaged[0], averaged[1:]
