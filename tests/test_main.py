@@ -63,7 +63,8 @@ def test_bad_flag_values_are_rejected_with_the_flag_name(parsed_flags, flag, mes
     (["--checkpoint_every_steps=3", "--backward_passes_per_step=2"],
      "--checkpoint_every_steps must be a multiple of --backward_passes_per_step: a "
      "checkpoint holds no half-accumulated gradient"),
-    (["--checkpoint_every_minutes=-1"], "flag --checkpoint_every_minutes=-1: -1.0 is not a non-negative number"),
+    (["--checkpoint_every_minutes=-1"],
+     "flag --checkpoint_every_minutes=-1: -1.0 is not a non-negative number"),
 ])
 def test_mid_epoch_checkpoints_are_refused_where_they_cannot_work(parsed_flags, argv,
                                                                  message):

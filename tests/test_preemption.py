@@ -12,14 +12,18 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import tensorflow as tf
 
-from conftest import assert_no_rank_traceback, horovodrun_in_background
-from test_faults import (assert_bitwise_equal, command, final_weights, reference,  # noqa: F401
-                         run)
+import test_elastic as elastic
+from conftest import (TINY_TRAIN, assert_no_rank_traceback, horovodrun,
+                      horovodrun_in_background)
+from hvd_mnist.data import splits
+from test_faults import (WITH_FAULT, assert_bitwise_equal, command, final_weights,  # noqa: F401
+                         reference, run)
 
 pytestmark = pytest.mark.horovodrun
 
@@ -167,3 +171,26 @@ def test_checkpoint_every_minutes_saves_mid_epoch_on_rank_0s_clock(tiny_data_dir
         in_epoch = [step - first for step in saved if first < step <= first + 5]
         assert in_epoch and in_epoch[0] in (2, 3) and set(in_epoch) <= {2, 3, 4}, saved
     assert_bitwise_equal(final_weights(tmp_path), reference)
+
+
+def test_an_elastic_run_resumes_a_mid_epoch_checkpoint_from_its_position(tiny_data_dir,
+                                                                          tmp_path):
+    flags = [*elastic.FLAGS, "--epochs=2", "--max_steps_per_epoch=6"]
+    killed = horovodrun(2, [sys.executable, WITH_FAULT, f"--data_dir={tiny_data_dir}",
+                            f"--model_dir={tmp_path}", "--checkpoint_every_steps=4", *flags],
+                        timeout=120, env={"HVD_MNIST_TEST_FAULT": "kill_before_step:1:10"})
+    assert "Process 1 exit with status code 137." in killed.stdout, killed.stdout
+    saved = f"{tmp_path}/checkpoints/mid_epoch/step-8"  # epoch 2, step 2: 64 examples done
+    assert tf.train.latest_checkpoint(tmp_path / "checkpoints/mid_epoch") == saved
+
+    hosts = tmp_path / "hosts"
+    elastic.write_hosts(hosts, elastic.HOSTS)
+    job = elastic.start_elastic(tiny_data_dir, tmp_path, hosts, "--resume", *flags[-2:])
+    returncode, output = elastic.finish(job, tmp_path)
+    assert returncode == 0, output
+    assert f"resuming at step 3 of epoch 2 from {saved}" in output
+    kept, _, starts = elastic.read_example_log(tmp_path)
+    assert sorted((r["epoch"], r["position"]) for r in starts[1]) == [(2, 64)] * 2
+    trained = sorted(i for r in kept[2] for i in r["examples"])
+    order = splits.epoch_permutation(42, 2, TINY_TRAIN)
+    assert trained == sorted(order[64:192])  # the rest of epoch 2, each example once
