@@ -60,6 +60,8 @@ class TrainConfig:
     export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
     fp16_allreduce: bool = False  # gradients cross the network as float16
     backward_passes_per_step: int = 1  # local batches whose mean gradient makes one update
+    checkpoint_every_steps: int = 0  # > 0: also a mid-epoch checkpoint every this many steps
+    checkpoint_every_minutes: float = 0.0  # > 0: also one when this long since the last
 
     def to_dict(self):
         return dataclasses.asdict(self)

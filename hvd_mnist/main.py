@@ -17,6 +17,7 @@ from hvd_mnist import config as config_lib, testing_aids  # noqa: E402
 from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
+from hvd_mnist.training import preemption  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -114,6 +115,26 @@ def define_flags():
     flags.register_multi_flags_validator(
         ["mode", "resume"], lambda f: f["mode"] == "custom" or not f["resume"],
         message="--resume is supported by --mode=custom only")
+    flags.DEFINE_integer("checkpoint_every_steps", 0, "If > 0, rank 0 also writes a mid-epoch "
+                         "checkpoint after every this many steps of the run (the newest is kept, "
+                         "in model_dir/checkpoints/mid_epoch); --resume continues from the next "
+                         "step.", lower_bound=0)
+    flags.DEFINE_float("checkpoint_every_minutes", 0.0, "If > 0, also a mid-epoch checkpoint "
+                       "once this many minutes have passed since the last checkpoint, by rank "
+                       "0's clock; every rank takes it after the same step.", lower_bound=0.0)
+    for name in ("checkpoint_every_steps", "checkpoint_every_minutes"):
+        flags.register_multi_flags_validator(
+            [name, "mode"], lambda f, name=name: not f[name] or f["mode"] == "custom",
+            message=f"--{name} needs --mode=custom: the Keras path cannot --resume")
+        flags.register_multi_flags_validator(
+            [name, "elastic"], lambda f, name=name: not f[name] or not f["elastic"],
+            message=f"--{name} is not for --elastic, which commits its state to memory "
+                    "every --commit_every steps instead")
+    flags.register_multi_flags_validator(
+        ["checkpoint_every_steps", "backward_passes_per_step"],
+        lambda f: f["checkpoint_every_steps"] % f["backward_passes_per_step"] == 0,
+        message="--checkpoint_every_steps must be a multiple of --backward_passes_per_step: "
+                "a checkpoint holds no half-accumulated gradient")
     testing_aids.define_flags()  # listed by --helpfull, not --help
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
@@ -139,6 +160,12 @@ def main(argv):
         if config.elastic:
             from hvd_mnist.training import elastic as trainer
         trainer.train_and_evaluate(config)
+    except preemption.Stopped as e:  # raised by every rank after the same step
+        print(f"hvd_mnist: {e}", file=sys.stderr, flush=True)
+        ownership.release(config.model_dir)
+        from hvd_mnist.process import runtime
+        runtime.leave_together()
+        preemption.exit_at_once()
     except UserFacingError as e:
         print(f"hvd_mnist: error: {e}", file=sys.stderr, flush=True)
         # Before any rank exits: horovodrun then ends the others, and a rank 0 ended so

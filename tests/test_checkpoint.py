@@ -2,12 +2,13 @@
 and a save that cannot be written leaves the previous checkpoint the latest."""
 
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
 
 from hvd_mnist import config as config_lib
-from hvd_mnist.outputs import checkpoint, run_identity
+from hvd_mnist.outputs import checkpoint, position, run_identity
 from hvd_mnist.training import model as model_lib
 from hvd_mnist.errors import UserFacingError
 
@@ -154,3 +155,45 @@ def test_full_disk_keeps_the_previous_checkpoint_and_removes_the_partial_one(sma
     assert restored_store.restore_latest().epoch == 1
     assert all((a.numpy() == b.numpy()).all()
                for a, b in zip(model.weights, restored_model.weights))
+
+
+def test_a_mid_epoch_checkpoint_restores_its_position_and_the_epochs_loss_so_far(tmp_path):
+    store, model = make_store(tmp_path)
+    store.save(1)
+    path = store.save_mid_epoch(position.after_step(epoch=2, step=4), 10, loss_sum=1.25)
+    assert path == f"{tmp_path}/checkpoints/mid_epoch/step-14"
+    restored = make_store(tmp_path)[0].restore_latest()
+    assert (restored.position, restored.path, restored.loss_sum) == (
+        position.Position(1, 4), path, 1.25)
+
+
+def test_only_the_newest_mid_epoch_checkpoint_is_kept_until_its_epoch_ends(tmp_path):
+    store, _ = make_store(tmp_path)
+    store.save_mid_epoch(position.after_step(epoch=1, step=3), 10, 0.0)
+    store.save_mid_epoch(position.after_step(epoch=1, step=6), 10, 0.0)
+    assert sorted(os.listdir(tmp_path / "checkpoints/mid_epoch")) == [
+        "checkpoint", "step-6.data-00000-of-00001", "step-6.index"]
+    store.save(1)
+    assert os.listdir(tmp_path / "checkpoints/mid_epoch") == []
+    assert make_store(tmp_path)[0].restore_latest().position == position.Position(1)
+
+
+def test_a_mid_epoch_checkpoint_its_epoch_checkpoint_outran_is_passed_over(tmp_path):
+    make_store(tmp_path / "a")[0].save_mid_epoch(position.after_step(epoch=2, step=4), 10, 0.0)
+    make_store(tmp_path / "b")[0].save(2)
+    # Both, as a kill between writing ckpt-2 and removing the mid-epoch one leaves them.
+    shutil.copytree(tmp_path / "a/checkpoints/mid_epoch", tmp_path / "b/checkpoints/mid_epoch")
+    restored = make_store(tmp_path / "b")[0].restore_latest()
+    assert (restored.position, restored.path) == (
+        position.Position(2), f"{tmp_path}/b/checkpoints/ckpt-2")
+
+
+def test_a_mid_epoch_resume_with_another_global_batch_is_refused(tmp_path):
+    make_store(tmp_path, num_workers=2)[0].save_mid_epoch(position.after_step(1, 3), 10, 0.0)
+    with pytest.raises(UserFacingError) as error:
+        make_store(tmp_path, num_workers=4)[0].restore_latest()
+    assert str(error.value) == (
+        f"cannot resume mid-epoch from {tmp_path}/checkpoints/mid_epoch/step-3: its position "
+        "counts steps of the run that wrote it (global_batch_size was 256, now 512); resume "
+        "with that run's batch, -np and --max_steps_per_epoch, or delete the mid_epoch "
+        "directory to resume from the last epoch checkpoint")

@@ -17,9 +17,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# Pages that a link may name before they exist on this branch: docs/reliability.md is
-# written beside this one; drop it from here once both are merged.
-PENDING = {ROOT / "docs" / "reliability.md"}
 
 # docs/usage.md: each of these headings holds a table with one `--flag` per row, and
 # together they must name exactly the flags the module defines.
@@ -178,13 +175,9 @@ def mentions(pattern: str):
     return [(doc, match) for doc in DOCS for match in re.findall(pattern, text_of(doc))]
 
 
-def exists(path: pathlib.Path) -> bool:
-    return path.exists() or path.resolve() in PENDING
-
-
 def test_repository_paths_the_docs_name_exist():
     wrong = [f"{doc.relative_to(ROOT)}: {path}" for doc, path in mentions(REPO_PATH.pattern)
-             if not exists(ROOT / path)]
+             if not (ROOT / path).exists()]
     assert not wrong, "no such file:\n" + "\n".join(wrong)
 
 
@@ -201,7 +194,7 @@ def test_relative_links_resolve():
             continue
         path, _, anchor = target.partition("#")
         page = (doc.parent / path).resolve() if path else doc
-        if not exists(page):
+        if not page.exists():
             wrong.append(f"{doc.relative_to(ROOT)}: {target}")
         elif anchor and page.exists() and page.suffix == ".md" and anchor not in anchors(
                 text_of(page)):
@@ -212,8 +205,8 @@ def test_relative_links_resolve():
 def test_modules_the_docs_run_exist():
     wrong = [f"{doc.relative_to(ROOT)}: python -m {module}"
              for doc, module in mentions(r"-m ((?:hvd_mnist|tools)(?:\.\w+)+)")
-             if not (exists(ROOT / (module.replace(".", "/") + ".py"))
-                     or exists(ROOT / module.replace(".", "/") / "__main__.py"))]
+             if not ((ROOT / (module.replace(".", "/") + ".py")).exists()
+                     or (ROOT / module.replace(".", "/") / "__main__.py").exists())]
     assert not wrong, "no such module:\n" + "\n".join(wrong)
 
 

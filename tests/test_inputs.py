@@ -24,7 +24,8 @@ def example_ids(tiny_data_dir):
     return {image.tobytes(): i for i, image in enumerate(split.images)}
 
 
-def batches_of_every_rank(mode, data_dir, size, ids, *, epoch=1, per_rank=BATCH, buffer=480):
+def batches_of_every_rank(mode, data_dir, size, ids, *, epoch=1, per_rank=BATCH, buffer=480,
+                          first_step=1):
     """[rank][step] -> list of example ids, and the steps every rank was given."""
     sources = [inputs.open_input(mode, data_dir, inputs.Shard(rank, size), buffer)
                for rank in range(size)]
@@ -33,7 +34,8 @@ def batches_of_every_rank(mode, data_dir, size, ids, *, epoch=1, per_rank=BATCH,
     for source in sources:
         batches = []
         for images, labels in source.train_batches(seed=5, epoch=epoch, steps=steps,
-                                                   per_rank_batch_size=per_rank):
+                                                   per_rank_batch_size=per_rank,
+                                                   first_step=first_step):
             assert images.dtype == tf.float32 and labels.dtype == tf.int64
             pixels = np.rint(images.numpy() * 255).astype(np.uint8)
             batches.append([ids[image.tobytes()] for image in pixels])
@@ -53,6 +55,17 @@ def test_every_rank_runs_the_same_steps_and_no_example_is_used_twice(
     assert all(len(batch) == BATCH for batches in per_rank for batch in batches)
     used = [i for batches in per_rank for batch in batches for i in batch]
     assert len(set(used)) == len(used) == steps * BATCH * size  # none twice, none skipped
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream", "files"])
+@pytest.mark.parametrize("first_step", [2, 12, 13])  # the second, the last, none left
+def test_an_epoch_started_at_step_s_gives_the_batches_from_step_s_on(
+        tiny_data_dir, tiny_sharded_data_dir, mode, first_step):
+    data_dir = tiny_sharded_data_dir if mode == "files" else tiny_data_dir
+    ids = example_ids(data_dir)
+    whole, steps = batches_of_every_rank(mode, data_dir, 2, ids)
+    rest, _ = batches_of_every_rank(mode, data_dir, 2, ids, first_step=first_step)
+    assert steps == 12 and rest == [batches[first_step - 1:] for batches in whole]
 
 
 def test_stream_gives_the_same_global_batch_at_any_size(tiny_data_dir):

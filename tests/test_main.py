@@ -54,6 +54,27 @@ def test_bad_flag_values_are_rejected_with_the_flag_name(parsed_flags, flag, mes
         parsed_flags(flag)
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--checkpoint_every_steps=10", "--mode=keras"],
+     "--checkpoint_every_steps needs --mode=custom: the Keras path cannot --resume"),
+    (["--checkpoint_every_minutes=30", "--elastic"],
+     "--checkpoint_every_minutes is not for --elastic, which commits its state to memory "
+     "every --commit_every steps instead"),
+    (["--checkpoint_every_steps=3", "--backward_passes_per_step=2"],
+     "--checkpoint_every_steps must be a multiple of --backward_passes_per_step: a "
+     "checkpoint holds no half-accumulated gradient"),
+    (["--checkpoint_every_minutes=-1"],
+     "flag --checkpoint_every_minutes=-1: -1.0 is not a non-negative number"),
+])
+def test_mid_epoch_checkpoints_are_refused_where_they_cannot_work(parsed_flags, argv,
+                                                                 message):
+    with pytest.raises(flags.IllegalFlagValueError, match=message.replace("+", r"\+")):
+        parsed_flags(*argv)
+    cfg = main.config_from_flags(parsed_flags("--checkpoint_every_steps=10",
+                                              "--checkpoint_every_minutes=2.5"))
+    assert (cfg.checkpoint_every_steps, cfg.checkpoint_every_minutes) == (10, 2.5)
+
+
 def run_main(*argv):
     return subprocess.run([sys.executable, "-m", "hvd_mnist.main", *argv],
                           capture_output=True, text=True, timeout=120)

@@ -77,6 +77,18 @@ def test_dropout_masks_depend_only_on_the_reseed_words():
     assert not np.array_equal(first, other_rank) and not np.array_equal(first, other_epoch)
 
 
+def test_a_reseed_past_s_steps_draws_the_masks_of_step_s_plus_1():
+    model = model_lib.build_model()
+    images = tf.ones([4, *model_lib.INPUT_SHAPE])
+    model_lib.reseed_dropout(model, (42, 0, 3))
+    uninterrupted = [model(images, training=True).numpy() for _ in range(4)]
+    for steps_done in (0, 1, 3):  # none done, the first done, all but the last
+        model(images, training=True)  # the stream moves on; the reseed must not care
+        model_lib.reseed_dropout(model, (42, 0, 3), steps_done)
+        assert np.array_equal(model(images, training=True).numpy(),
+                              uninterrupted[steps_done]), steps_done
+
+
 def test_warmup_linear_decay_schedule():
     schedule = model_lib.WarmupLinearDecay(peak=2.0, warmup_steps=4, total_steps=20)
     rates = [float(schedule(step)) for step in range(20)]

@@ -6,6 +6,11 @@ HVD_MNIST_TEST_FAULT=
   wait_before_step:N    every rank, just before its N-th training step, creates
                         $HVD_MNIST_TEST_GO_FILE.waiting<rank> and waits until the test
                         creates $HVD_MNIST_TEST_GO_FILE (a run held still mid-epoch)
+  wait_for_signal_before_step:N[:R]
+                        every rank (or rank R only), just before its N-th training step,
+                        writes its pid to $HVD_MNIST_TEST_GO_FILE.waiting<rank> and waits
+                        until it has received SIGTERM or SIGINT (a run stopped at a known
+                        step)
   kill_in_save:E        rank 0 SIGKILLs itself while saving checkpoint E: after its
                         data files are written, before the `checkpoint` file names it
                         (once: a later save of E, by an elastic job's next rank 0, goes on)
@@ -15,9 +20,9 @@ HVD_MNIST_TEST_FAULT=
                         permissions do not stop, `chattr +i`) would mid-run
   kill_in_commit:R:N     (--elastic) rank R SIGKILLs itself in its N-th commit of training
                         state, after copying the state, before the collective host check
-  slow_until_size:S:MS  (--elastic) every rank sleeps MS milliseconds before each step
-                        while the job has not S workers, so a test can grow or shrink it
-                        mid-run on a tiny dataset
+  slow_until_size:S:MS  every rank sleeps MS milliseconds before each step while the job
+                        has not S workers, so a test can grow or shrink an elastic job
+                        mid-run on a tiny dataset (S=0: every step of any run is slow)
 A real kill, not an exception, so nothing gets to clean up; the product has no such hook.
 """
 
@@ -31,7 +36,7 @@ from tensorflow.python.checkpoint import checkpoint_management
 
 from hvd_mnist import main
 from hvd_mnist.outputs import checkpoint
-from hvd_mnist.training import elastic, loop, step as step_lib
+from hvd_mnist.training import elastic, loop, preemption, step as step_lib
 
 
 def kill_self():
@@ -42,8 +47,8 @@ def before_step(step_number, action):
     """Runs action() in every rank just before its step_number-th training step."""
     make_train_step = step_lib.make_train_step
 
-    def make_interrupted_train_step(*args):
-        train_step = make_train_step(*args)
+    def make_interrupted_train_step(*args, **kwargs):
+        train_step = make_train_step(*args, **kwargs)
         calls = [0]
 
         def interrupted_train_step(images, labels):
@@ -63,15 +68,31 @@ def kill_before_step(rank, step_number):
     before_step(step_number, lambda: kill_self() if hvd.rank() == rank else None)
 
 
-def wait_before_step(step_number):
+def wait_before_step(step_number, until=None, rank=-1):
     go_file = os.environ["HVD_MNIST_TEST_GO_FILE"]
+    until = until or (lambda: os.path.exists(go_file))
 
     def wait():
-        open(f"{go_file}.waiting{hvd.rank()}", "w").close()
-        while not os.path.exists(go_file):
-            time.sleep(0.1)
+        if rank not in (-1, hvd.rank()):
+            return
+        with open(f"{go_file}.waiting{hvd.rank()}", "w") as f:
+            f.write(str(os.getpid()))
+        while not until():
+            time.sleep(0.1)  # a signal's handler runs in here
 
     before_step(step_number, wait)
+
+
+def wait_for_signal_before_step(step_number, rank=-1):
+    installed = []
+    install = preemption.StopSignals.install
+
+    def remembering_install(signals):
+        installed.append(signals)
+        return install(signals)
+
+    preemption.StopSignals.install = remembering_install
+    wait_before_step(step_number, until=lambda: installed[0].received, rank=rank)
 
 
 def kill_in_save(epoch):
@@ -127,7 +148,8 @@ def slow_until_size(size, milliseconds):
             time.sleep(milliseconds / 1000)  # before the first step
 
         def slow_after_step(step, loss):
-            after_step(step, loss)
+            if after_step:
+                after_step(step, loss)
             if hvd.size() != size:
                 time.sleep(milliseconds / 1000)
 
@@ -139,6 +161,7 @@ def slow_until_size(size, milliseconds):
 if __name__ == "__main__":
     kind, *numbers = os.environ["HVD_MNIST_TEST_FAULT"].split(":")
     {"kill_before_step": kill_before_step, "wait_before_step": wait_before_step,
+     "wait_for_signal_before_step": wait_for_signal_before_step,
      "kill_in_save": kill_in_save,
      "unwritable_before_save": unwritable_before_save, "kill_in_commit": kill_in_commit,
      "slow_until_size": slow_until_size}[kind](*map(int, numbers))

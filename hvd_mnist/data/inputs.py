@@ -59,12 +59,15 @@ class MemoryInput:
         other.shard = shard
         return other
 
-    def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int):
+    def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int,
+                      first_step: int = 1):
+        """The epoch's batches from step `first_step` on (a mid-epoch resume)."""
         indices = splits.train_epoch_indices(
             len(self.train_split), seed=seed, epoch=epoch, steps=steps,
             per_rank_batch_size=per_rank_batch_size, rank=self.shard.rank, size=self.shard.size)
-        return splits.batches_from_indices(self.train_split, indices, per_rank_batch_size,
-                                         self.dtype)
+        return splits.batches_from_indices(
+            self.train_split, indices[(first_step - 1) * per_rank_batch_size:],
+            per_rank_batch_size, self.dtype)
 
     def eval_batches(self, per_rank_batch_size: int):
         indices = splits.eval_indices(len(self.test_split), self.shard.rank, self.shard.size)
@@ -143,7 +146,10 @@ class RecordInput:
             raise DataError(f"cannot read the {split} split of {splits.DATASET} from "
                             f"{self.data_dir} ({short_reason(e)})") from None
 
-    def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int):
+    def train_batches(self, *, seed: int, epoch: int, steps: int, per_rank_batch_size: int,
+                      first_step: int = 1):
+        """The epoch's batches from step `first_step` on: the same stream, its first
+        records skipped before they are decoded."""
         whole = self.mode == "stream"
         seed_words = (seed, epoch) if whole else (seed, epoch, self.shard.rank)
         ds = self._records("train", whole=whole)
@@ -154,6 +160,7 @@ class RecordInput:
             ds = ds.take(steps * global_batch_size).shard(self.shard.size, self.shard.rank)
         else:
             ds = ds.take(steps * per_rank_batch_size)
+        ds = ds.skip((first_step - 1) * per_rank_batch_size)
         return self._batched(ds, per_rank_batch_size)
 
     def eval_batches(self, per_rank_batch_size: int):

@@ -68,8 +68,9 @@ def record_start(config: config_lib.TrainConfig, num_workers: int,
 
 
 def summarize(job, history: list, first_epoch: int, wall_seconds: float,
-              clock: timing.StepClock, **extra) -> dict:
-    """The run's summary from its per-epoch records (see format_epoch); every rank calls it."""
+              clock: timing.StepClock, steps_done_before: int = 0, **extra) -> dict:
+    """The run's summary from its per-epoch records (see format_epoch); every rank calls it.
+    `steps_done_before`: steps of the first epoch done before a mid-epoch resume."""
     # One collective for each rank's memory and where it ran: on several hosts the
     # latter shows that local_rank/local_size (and so the thread count) were per host.
     gathered = hvd.allgather_object(
@@ -78,7 +79,7 @@ def summarize(job, history: list, first_epoch: int, wall_seconds: float,
     ranks = [rank for rank, _ in gathered]
     peak_rss_mib_per_rank = [peak_rss_mib for _, peak_rss_mib in gathered]
     train_seconds = sum(r["train_seconds"] for r in history)
-    steps = len(history) * job.steps_per_epoch
+    steps = len(history) * job.steps_per_epoch - steps_done_before
     final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
              if history else {})
     return {

@@ -107,6 +107,20 @@ def check_resume(saved: dict, requested: dict, checkpoint_path: str) -> str:
             + ": the result will differ from an uninterrupted run")
 
 
+def check_mid_epoch_resume(saved: dict, requested: dict, checkpoint_path: str) -> None:
+    """A mid-epoch position counts steps of one global batch: it means the same examples
+    only with the same global batch and steps per epoch."""
+    differing = [f"{name} was {saved.get(name)}, now {requested[name]}"
+                 for name in ("global_batch_size", "steps_per_epoch")
+                 if saved.get(name) != requested[name]]
+    if differing:
+        raise UserFacingError(
+            f"cannot resume mid-epoch from {checkpoint_path}: its position counts steps of "
+            f"the run that wrote it ({'; '.join(differing)}); resume with that run's batch, "
+            "-np and --max_steps_per_epoch, or delete the mid_epoch directory to resume from "
+            "the last epoch checkpoint")
+
+
 def _describe_change(name: str, saved: dict, requested: dict) -> str:
     change = f"{name} from {saved.get(name)} to {requested[name]}"
     if name == "global_batch_size":

@@ -103,16 +103,21 @@ def dropout_layer(rate: float, dtype):
     return tf.keras.layers.Dropout(rate, rng_type="stateful", dtype=dtype)
 
 
-def reseed_dropout(layer, seed: int) -> None:
-    """Restarts one Dropout layer's random stream from `seed` (Keras keeps no public handle
-    on it: Keras 3's `seed_generator`, Keras 2's `_random_generator`)."""
+def reseed_dropout(layer, seed: int, draws: int = 0) -> None:
+    """Restarts one Dropout layer's random stream from `seed`, then moves it past `draws`
+    masks (one per training call), to where a run that drew them would be. Keras keeps no
+    public handle on the stream: Keras 3's `seed_generator`, whose state is [seed,
+    masks drawn] (each draw adds [0, 1]); Keras 2's `_random_generator`, whose Generator
+    makes one pair of seeds per mask."""
     if is_keras3():
         if layer.rate > 0:  # Keras 3 gives a rate-0 layer no stream at all
-            layer.seed_generator.state.assign([seed, 0])
+            layer.seed_generator.state.assign([seed, draws])
         return
     rng = layer._random_generator
     rng._maybe_init()  # no-op once the layer is built
     rng._generator.reset_from_seed(seed)
+    for _ in range(draws):  # as many as the layer's own calls made (make_seed_for_stateless_op)
+        rng._generator.make_seeds()
 
 
 def make_distributed_optimizer(optimizer_class, arguments: dict, compression,

@@ -127,8 +127,14 @@ def _prepare_on_chief(run: _Run, owner_job: str, first_sync: bool) -> dict:
     records.record_start(config, hvd.size(),
                          resumed_after_epoch=restored.epoch if config.resume else None)
     loop.log_resume(config, restored, store)
-    return {"epoch": restored.epoch + 1, "first_epoch": restored.epoch + 1,
-            "owner_job": owner_job}
+    progress = {"epoch": restored.epoch + 1, "first_epoch": restored.epoch + 1,
+                "owner_job": owner_job}
+    if restored.steps_done:  # a mid-epoch checkpoint of the custom loop: its rest of the epoch
+        global_batch_size = run.job.batching.global_batch_size
+        progress.update(position=restored.steps_done * global_batch_size,
+                        epoch_examples=run.job.steps_per_epoch * global_batch_size,
+                        steps_in_epoch=restored.steps_done, loss_sum=restored.loss_sum)
+    return progress
 
 
 def _train(state: TrainingState, run: _Run) -> dict:

@@ -36,17 +36,19 @@ def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
     ], name="mnist_cnn")
 
 
-def reseed_dropout(model: tf.keras.Model, seed_words: tuple) -> None:
-    """Restarts every Dropout layer's random stream from a seed made of `seed_words`.
+def reseed_dropout(model: tf.keras.Model, seed_words: tuple, steps_done: int = 0) -> None:
+    """Restarts every Dropout layer's random stream from a seed made of `seed_words`,
+    moved on past the masks of `steps_done` training steps (one per layer and step).
 
     A stream that just ran on would leave a resumed run drawing other masks than
     the run it replaces. Restarting each layer's stream from, say, (seed, rank,
     epoch) at every epoch start makes the mask of every step a pure function of
-    where the step is, however the run got there.
+    where the step is, however the run got there, mid-epoch resumes included.
     """
     dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
     for index, layer in enumerate(dropouts):
-        keras_compat.reseed_dropout(layer, splits.seed_from_words([*seed_words, index]))
+        keras_compat.reseed_dropout(layer, splits.seed_from_words([*seed_words, index]),
+                                    steps_done)
 
 
 def make_loss():

@@ -25,7 +25,7 @@ def image_spec(model) -> tf.TensorSpec:
 
 
 def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
-                    input_signature=None):
+                    input_signature=None, requests=None):
     """One step: local gradients, averaged over ranks by Horovod, then applied.
 
     Returns the loss averaged over ranks, so every rank sees the same value and
@@ -33,6 +33,7 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     the run-to-run noise here, and riding it on the gradients' allreduce was no
     faster: docs/performance.md.) Autograph is off: the step has no Python control flow on tensors, and
     converting Keras's and Horovod's code took a second of tracing in every process.
+    With `requests`, returns (loss, every rank's requests averaged) (preemption.py).
     """
 
     sources = keras_compat.tf_variables(model.trainable_variables)  # what Horovod accepts
@@ -46,20 +47,21 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
         tape = hvd.DistributedGradientTape(tape, compression=compression)
         gradients = tape.gradient(loss, sources)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
+        return communication.average_loss(loss, requests)
 
     return train_step
 
 
-def train_step_for(config: config_lib.TrainConfig, model, optimizer):
+def train_step_for(config: config_lib.TrainConfig, model, optimizer, requests=None):
     """The run's step: plain, or accumulating `--backward_passes_per_step` batches per update;
-    gradients sent as float16 with `--fp16_allreduce` (communication.py)."""
+    gradients sent as float16 with `--fp16_allreduce` (communication.py); with `requests`,
+    it returns (loss, agreed requests) (preemption.py)."""
     compression = communication.compression(config)
     if config.backward_passes_per_step > 1:
         return communication.make_accumulating_train_step(
             model, optimizer, model_lib.make_loss(), config.backward_passes_per_step,
-            compression, [image_spec(model), LABEL_SPEC])
-    return make_train_step(model, optimizer, model_lib.make_loss(), compression)
+            compression, [image_spec(model), LABEL_SPEC], requests)
+    return make_train_step(model, optimizer, model_lib.make_loss(), compression, None, requests)
 
 
 def make_eval_step(model):

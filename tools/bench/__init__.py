@@ -12,5 +12,6 @@ those: horovod_example (Horovod's own MNIST example, the yardstick), step_levers
 allreduce_probe. What they share: launch (the horovodrun command line), training_run
 (one hvd_mnist run and its figures), steady_state (images/s from a run's windows,
 medians over repeats), baselines (ratios of a committed report), tables (rounding) and
-machine (the CPU a report names).
+machine (the CPU a report names). Run by hand under horovodrun: request_probe (what
+preemption's requests add to a step; docs/reliability.md).
 """
