@@ -18,7 +18,7 @@ import time
 import pytest
 import tensorflow as tf
 
-import test_elastic as elastic
+import elastic_jobs as elastic
 from conftest import (TINY_TRAIN, assert_no_rank_traceback, horovodrun,
                       horovodrun_in_background)
 from hvd_mnist.data import splits
