@@ -89,8 +89,8 @@ test-hosts: $(SETUP_STAMP)
 # The multi-rank error tests, REPEAT times over, counting each test's outcomes: a test
 # that fails once in 20 is a failing test. REPEAT_TESTS chooses others.
 REPEAT ?= 20
-REPEAT_TESTS ?= tests/test_faults.py tests/test_horovodrun.py \
-  -k "every_rank or stops_the_job or refused or disk_full"
+REPEAT_TESTS ?= tests/test_faults.py tests/test_horovodrun.py tests/test_preemption.py \
+  -k "every_rank or stops_the_job or refused or disk_full or sigterm"
 test-repeat: $(SETUP_STAMP)
 	tools/repeat_tests.sh $(REPEAT) $(BIN)/python -m "not hosts and not long" $(REPEAT_TESTS)
 
