@@ -84,7 +84,7 @@ def test_a_reseed_past_s_steps_draws_the_masks_of_step_s_plus_1():
     uninterrupted = [model(images, training=True).numpy() for _ in range(4)]
     for steps_done in (0, 1, 3):  # none done, the first done, all but the last
         model(images, training=True)  # the stream moves on; the reseed must not care
-        model_lib.reseed_dropout(model, (42, 0, 3), steps_done)
+        model_lib.reseed_dropout(model, (42, 0, 3), steps_done, per_rank_batch_size=4)
         assert np.array_equal(model(images, training=True).numpy(),
                               uninterrupted[steps_done]), steps_done
 

@@ -19,6 +19,7 @@ not import TensorFlow at import time.
 
 import importlib.metadata
 import importlib.util
+import math
 import os
 
 from hvd_mnist.errors import UserFacingError
@@ -103,12 +104,13 @@ def dropout_layer(rate: float, dtype):
     return tf.keras.layers.Dropout(rate, rng_type="stateful", dtype=dtype)
 
 
-def reseed_dropout(layer, seed: int, draws: int = 0) -> None:
+def reseed_dropout(layer, seed: int, draws: int = 0, batch_size: int = 0) -> None:
     """Restarts one Dropout layer's random stream from `seed`, then moves it past `draws`
-    masks (one per training call), to where a run that drew them would be. Keras keeps no
-    public handle on the stream: Keras 3's `seed_generator`, whose state is [seed,
-    masks drawn] (each draw adds [0, 1]); Keras 2's `_random_generator`, whose Generator
-    makes one pair of seeds per mask."""
+    masks of `batch_size` examples (one per training call), to where a run that drew them
+    would be. Keras keeps no public handle on the stream: Keras 3's `seed_generator`,
+    whose state is [seed, masks drawn] (each draw adds [0, 1]); Keras 2's
+    `_random_generator`, whose tf.random.Generator draws one number per element of the
+    mask (tf.nn.experimental.general_dropout), so the mask's size says how far to skip."""
     if is_keras3():
         if layer.rate > 0:  # Keras 3 gives a rate-0 layer no stream at all
             layer.seed_generator.state.assign([seed, draws])
@@ -116,8 +118,12 @@ def reseed_dropout(layer, seed: int, draws: int = 0) -> None:
     rng = layer._random_generator
     rng._maybe_init()  # no-op once the layer is built
     rng._generator.reset_from_seed(seed)
-    for _ in range(draws):  # as many as the layer's own calls made (make_seed_for_stateless_op)
-        rng._generator.make_seeds()
+    if draws and layer.rate > 0:  # Keras 2 draws no mask at rate 0
+        if not batch_size:
+            raise ValueError("Keras 2 needs the batch size to move a dropout stream on")
+        mask_elements = batch_size * math.prod(layer.input_shape[1:])
+        # Generator.skip(n) leaves the stream where drawing n numbers would.
+        rng._generator.skip(draws * mask_elements)
 
 
 def make_distributed_optimizer(optimizer_class, arguments: dict, compression,

@@ -140,7 +140,8 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
         first_step = start.first_step if epoch == start.first_epoch else 1
         # Masks differ per rank, as they would on separate machines, and depend
         # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
-        model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch), first_step - 1)
+        model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch), first_step - 1,
+                                 batching.per_rank_batch_size)
         batches = job.source.train_batches(seed=config.seed, epoch=epoch, steps=steps,
                                            per_rank_batch_size=batching.per_rank_batch_size,
                                            first_step=first_step)

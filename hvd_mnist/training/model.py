@@ -36,9 +36,11 @@ def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
     ], name="mnist_cnn")
 
 
-def reseed_dropout(model: tf.keras.Model, seed_words: tuple, steps_done: int = 0) -> None:
+def reseed_dropout(model: tf.keras.Model, seed_words: tuple, steps_done: int = 0,
+                   per_rank_batch_size: int = 0) -> None:
     """Restarts every Dropout layer's random stream from a seed made of `seed_words`,
-    moved on past the masks of `steps_done` training steps (one per layer and step).
+    moved on past the masks of `steps_done` training steps of `per_rank_batch_size`
+    examples (one mask per layer and step).
 
     A stream that just ran on would leave a resumed run drawing other masks than
     the run it replaces. Restarting each layer's stream from, say, (seed, rank,
@@ -48,7 +50,7 @@ def reseed_dropout(model: tf.keras.Model, seed_words: tuple, steps_done: int = 0
     dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
     for index, layer in enumerate(dropouts):
         keras_compat.reseed_dropout(layer, splits.seed_from_words([*seed_words, index]),
-                                    steps_done)
+                                    steps_done, per_rank_batch_size)
 
 
 def make_loss():
