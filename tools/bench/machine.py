@@ -33,8 +33,8 @@ def cpu(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
 
 def description(with_python: bool = True) -> str:
     """One line: cores (CPU model, vector unit), memory, kernel, (with_python) Python, and
-    the 1-minute load average now: above the core count, other work shared the machine
-    and the report's absolute times are upper bounds."""
+    the 1-minute load average as the report is written. The bench's own last runs count in
+    it; well above their number of ranks, other work shared the machine."""
     processor = cpu()
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     line = (f"{len(os.sched_getaffinity(0))} cores ({processor['model']}, "
