@@ -36,7 +36,7 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-repeat parity bench \
-	bench-stacks plot scaling clean
+	bench-stacks bench-elastic plot scaling clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -112,6 +112,11 @@ bench-stacks: $(DATA_STAMP)
 	$(MAKE) setup TF=$(OLD_TF)
 	.venv/bin/python -m tools.bench.stacks --data_dir=$(DATA_DIR) --new_venv=.venv \
 	  --old_venv=.venv-tf$(OLD_TF)
+
+# --elastic without a failure beside a normal run at -np 2, taking turns, then the time
+# from a worker's SIGKILL to the survivor's first commit; reports/elastic.md (~10 min).
+bench-elastic: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python -m tools.bench.elastic --data_dir=$(DATA_DIR)
 
 plot: $(SETUP_STAMP)
 	$(BIN)/python -m tools.bench.plot --out=$(PLOT) $(PLOT_RUNS)

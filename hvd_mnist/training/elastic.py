@@ -58,6 +58,9 @@ class _Run:
     board: tensorboard_log.TensorBoardLog
     example_log: testing_aids.ExampleLog | None
     wall_start: float
+    # This process's commits and the seconds they took (summary.json: what elastic costs).
+    commits: int = 0
+    commit_seconds: float = 0.0
 
 
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
@@ -185,7 +188,9 @@ def _train(state: TrainingState, run: _Run) -> dict:
                                 clock=run.clock, mode="custom",
                                 train_step_traces=run.train_step.experimental_get_tracing_count())
     # Epochs may have run at several sizes: count what was trained, not steps x batch.
-    summary.update(steps=state.train_steps, elastic={"starts": state.starts},
+    summary.update(steps=state.train_steps,
+                   elastic={"starts": state.starts, "commits": run.commits,
+                            "commit_seconds": run.commit_seconds},
                    images_per_second=(state.images_trained / summary["train_seconds"]
                                       if summary["train_seconds"] else 0.0))
     monitor.close()
@@ -226,6 +231,8 @@ def _train_rest_of_epoch(state: TrainingState, run: _Run, job: job_lib.Job,
         mark[0] = now
         pending.clear()
         state.commit()
+        run.commits += 1
+        run.commit_seconds += time.perf_counter() - now
         if run.example_log:
             run.example_log.write(commit=state.starts, rank=topology.rank, size=topology.size,
                                   epoch=epoch, position=state.position)

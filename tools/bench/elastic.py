@@ -1,0 +1,210 @@
+"""make bench-elastic: what --elastic costs without a failure, and how fast it recovers
+from one, in one run on one machine.
+
+    python -m tools.bench.elastic [--repeats=3]    (~10 min on 2 cores)
+
+Throughput: the same short custom-loop run at -np 2 three ways, taking turns --repeats
+times (ABCABC...), so a change in the machine's load hits all alike:
+
+  normal            horovodrun -np 2 -H localhost:2: one TF thread per worker (2 cores,
+                    2 local ranks: process/runtime.py)
+  elastic           horovodrun --elastic on two one-slot "hosts" (localhost:1 and
+                    127.0.0.1:1), the way to run elastic on one machine, with
+                    --threads_per_rank=1 as docs/elastic.md says: the normal run's threads
+  elastic_no_threads_flag
+                    the same without --threads_per_rank: each worker sees one local rank
+                    on its "host" and takes both cores' threads (4 threads on 2 cores)
+
+Each figure is a median over the runs: steady images/s (steady_state.py), and for the
+elastic runs rank 0's commits and the seconds they took (summary.json's `elastic`).
+
+Recovery: one elastic run at -np 2 with --example_log; once its first commit is logged,
+rank 1 is SIGKILLed, and the log's times give the seconds from the kill to the
+survivor's first step and first commit after its restart, and where it restarted.
+Writes reports/elastic.json and .md, naming the CPU.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+from tools.bench import launch, machine, steady_state, tables  # noqa: E402
+
+FLAGS = flags.FLAGS
+DISCOVER = os.path.join(launch.REPO_ROOT, "tools", "discover_hosts.sh")
+ELASTIC_HOSTS = ("localhost:1", "127.0.0.1:1")
+VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"],
+            "elastic_no_threads_flag": ["--elastic"]}
+
+
+def define_flags():
+    flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
+    flags.DEFINE_string("out_dir", "runs/bench_elastic", "Where the runs and their logs go.")
+    flags.DEFINE_string("report", "reports/elastic.json", "The JSON report; the Markdown "
+                        "goes beside it (.md).")
+    flags.DEFINE_list("run_flags", ["--epochs=2", "--max_steps_per_epoch=60", "--batch_size=128",
+                                    "--log_every=0"], "hvd_mnist.main flags of every run.")
+    flags.DEFINE_integer("repeats", 3, "Runs of each variant, taking turns.", lower_bound=1)
+    flags.DEFINE_float("timeout", 900, "Seconds before a run counts as hung.")
+
+
+def elastic_command(program: list, np_: int = 2) -> list:
+    """horovodrun --elastic on ELASTIC_HOSTS (tools/discover_hosts.sh reads the file)."""
+    return [os.path.join(launch.BIN_DIR, "horovodrun"), "-np", str(np_), "--min-np", "1",
+            "--max-np", str(np_), "--host-discovery-script", DISCOVER,
+            "--network-interface", "lo", "--elastic-timeout", "60", "--gloo", *program]
+
+
+def _hosts_env(out_dir: str) -> dict:
+    hosts_file = os.path.join(out_dir, "elastic_hosts.txt")
+    with open(hosts_file, "w") as f:
+        f.write("".join(host + "\n" for host in ELASTIC_HOSTS))
+    return {"HVD_MNIST_HOSTS_FILE": hosts_file}
+
+
+def throughput_run(name: str, variant: str, out_dir: str) -> dict:
+    model_dir = os.path.abspath(os.path.join(out_dir, name))
+    program = launch.python_module(
+        "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
+        f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS[variant])
+    command = (elastic_command(program) if "--elastic" in VARIANTS[variant]
+               else launch.horovodrun_command(2, program))
+    log_path = os.path.join(out_dir, f"{name}.log")
+    rc, _ = launch.run_logged(command, log_path, FLAGS.timeout, _hosts_env(out_dir))
+    if rc != 0:
+        raise SystemExit(f"bench: run {name} failed ({rc}); see {log_path}")
+    summary = launch.read_summary(model_dir)
+    figures = {"images_per_second": steady_state.images_per_second(
+        summary["timing"]["window_images_per_second"])}
+    if "elastic" in summary:
+        elastic = summary["elastic"]
+        figures.update(commits=elastic["commits"], commit_seconds=elastic["commit_seconds"],
+                       train_seconds=summary["train_seconds"])
+    return figures
+
+
+def throughput(out_dir: str) -> dict:
+    runs = {variant: [] for variant in VARIANTS}
+    for repeat in range(1, FLAGS.repeats + 1):
+        for variant in VARIANTS:
+            runs[variant].append(throughput_run(f"{variant}-{repeat}", variant, out_dir))
+            print(f"bench: {variant} run {repeat}: "
+                  f"{runs[variant][-1]['images_per_second']:.0f} images/s", flush=True)
+    medians = {variant: steady_state.median_of_runs(rs) for variant, rs in runs.items()}
+    normal = medians["normal"]["images_per_second"]
+    return {
+        "images_per_second": {v: [r["images_per_second"] for r in rs]
+                              for v, rs in runs.items()},
+        "medians": medians,
+        "over_normal": {v: m["images_per_second"] / normal for v, m in medians.items()},
+        # Share of the elastic runs' training seconds spent in commits.
+        "commit_share": {v: m["commit_seconds"] / m["train_seconds"]
+                         for v, m in medians.items() if "commit_seconds" in m},
+    }
+
+
+def _read_log(log_dir: str) -> dict:
+    records = {}
+    for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
+        with open(os.path.join(log_dir, name)) as f:
+            records[int(name.split("-")[1].split(".")[0])] = [
+                json.loads(line) for line in f.read().splitlines() if line.endswith("}")]
+    return records
+
+
+def _wait(condition, log_dir: str, process, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition(_read_log(log_dir))
+        if found:
+            return found
+        if process.poll() is not None:
+            raise SystemExit(f"bench: the recovery run ended early ({process.returncode})")
+        time.sleep(0.05)
+    raise SystemExit(f"bench: the recovery run did not get there in {timeout} s")
+
+
+def recovery(out_dir: str) -> dict:
+    model_dir = os.path.abspath(os.path.join(out_dir, "recovery"))
+    log_dir = os.path.join(model_dir, "examples")
+    program = launch.python_module(
+        "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
+        f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS["elastic"],
+        f"--example_log={log_dir}")
+    with open(os.path.join(out_dir, "recovery.log"), "w") as log:
+        process = subprocess.Popen(elastic_command(program), stdout=log,
+                                   stderr=subprocess.STDOUT, cwd=launch.REPO_ROOT,
+                                   env=launch.environment(_hosts_env(out_dir)))
+        try:
+            rank1 = _wait(lambda logs: next(
+                (pid for pid, rs in logs.items() if any("commit" in r for r in rs)
+                 and any(r.get("start") == 1 and r["rank"] == 1 for r in rs)), None),
+                log_dir, process)
+            killed = time.time()
+            os.kill(rank1, signal.SIGKILL)
+            restart = _wait(lambda logs: [r for pid, rs in logs.items() if pid != rank1
+                                          for r in rs if r.get("start") == 2], log_dir, process)[0]
+            first_step = _wait(lambda logs: [r for rs in logs.values() for r in rs
+                                             if r.get("step") == 2], log_dir, process)[0]
+            first_commit = _wait(lambda logs: [r for rs in logs.values() for r in rs
+                                               if r.get("commit") == 2], log_dir, process)[0]
+            rc = process.wait(timeout=FLAGS.timeout)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if rc != 0:
+        raise SystemExit(f"bench: the recovery run failed ({rc}); see {out_dir}/recovery.log")
+    return {"kill_to_first_step_seconds": first_step["unix_time"] - killed,
+            "kill_to_first_commit_seconds": first_commit["unix_time"] - killed,
+            "restarted_at": {"epoch": restart["epoch"], "position": restart["position"],
+                             "workers": restart["size"]}}
+
+
+def markdown(report: dict) -> str:
+    t, r = report["throughput"], report["recovery"]
+    rows = []
+    for variant in VARIANTS:
+        rates = t["images_per_second"][variant]
+        share = t["commit_share"].get(variant)
+        rows.append([variant, tables.figure(t["medians"][variant]["images_per_second"]),
+                     f"{tables.figure(min(rates))}-{tables.figure(max(rates))}",
+                     tables.ratio(t["over_normal"][variant]),
+                     tables.MISSING if share is None else f"{100 * share:.1f}%"])
+    return "\n".join([
+        "# make bench-elastic", "",
+        f"{report['started']}, {report['machine']}. Every run: -np 2, "
+        f"`{' '.join(report['run_flags'])}`; {report['repeats']} runs of each, taking "
+        "turns; medians (tools/bench/elastic.py says what each variant is).", "",
+        tables.markdown(["variant", "images/s", "lowest-highest", "over normal",
+                         "time in commits"], rows), "",
+        f"Recovery: rank 1 SIGKILLed after the first commit; the survivor's first step "
+        f"{tables.figure(r['kill_to_first_step_seconds'])} s and first commit "
+        f"{tables.figure(r['kill_to_first_commit_seconds'])} s after the kill, restarting "
+        f"at epoch {r['restarted_at']['epoch']}, example {r['restarted_at']['position']}, "
+        f"on {r['restarted_at']['workers']} worker(s).", ""])
+
+
+def main(argv):
+    del argv
+    out_dir = os.path.abspath(FLAGS.out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    report = {"started": machine.now(), "machine": machine.description(),
+              "run_flags": FLAGS.run_flags, "repeats": FLAGS.repeats,
+              "throughput": throughput(out_dir), "recovery": recovery(out_dir)}
+    with open(FLAGS.report, "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.splitext(FLAGS.report)[0] + ".md", "w") as f:
+        f.write(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
