@@ -98,7 +98,8 @@ test-repeat: $(SETUP_STAMP)
 parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
-# Throughput, memory, start-up, time-to-99% and input modes side by side; reports/bench.json
+# Throughput, memory, start-up, time-to-99%, input modes and each precision against the
+# machine's peak, side by side; reports/bench.json
 # (~17 min).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)

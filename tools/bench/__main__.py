@@ -1,6 +1,6 @@
 """make bench: the training paths side by side on this machine, in one run.
 
-    python -m tools.bench [--parts=paths,accuracy,inputs,versus]    (~30 min on 2 cores)
+    python -m tools.bench [--parts=paths,accuracy,inputs,versus,limit]    (~60 min on 2 cores)
 
 Parts, in this order:
   paths     1. the model's step in plain TF in this process, no Horovod (the machine's
@@ -13,7 +13,10 @@ Parts, in this order:
   inputs    4. each --input mode at -np 2: the pipeline alone, bytes read, a short run
                (input_modes.py);
   versus    5. hvd_mnist against Horovod's own example at each --nps (versus_example.py),
-               then the step's and start-up levers (levers.py).
+               then the step's and start-up levers (levers.py);
+  limit     6. each --precision against the machine's measured peak: FLOPs per training
+               image, matmul and convolution peaks, achieved GFLOP/s at each --nps, and
+               time to 99.0% per precision (limit.py).
 Ratios measured in this run are set beside the baseline report's (baselines.py).
 Writes reports/bench.json and reports/bench.md (docs/performance.md summarises them); a run
 of some parts only writes reports/bench_<parts>.json and .md instead.
@@ -27,10 +30,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from tools.bench import (baselines, in_process, input_modes, levers, machine,  # noqa: E402
-                         training_paths, versus_example)
+from tools.bench import (baselines, in_process, input_modes, levers, limit,  # noqa: E402
+                         machine, training_paths, versus_example)
 
-PARTS = ("paths", "accuracy", "inputs", "versus")
+PARTS = ("paths", "accuracy", "inputs", "versus", "limit")
 
 
 def define_flags():
@@ -96,6 +99,9 @@ def main(argv):
             nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, baseline)
         print(versus_example.table(results["versus_example"]), flush=True)
         levers.measure(results, args.data_dir, args.out_dir)
+    if "limit" in args.parts:
+        results["limit"] = limit.measure(nps, args.throughput_steps, args.data_dir,
+                                         args.idx_dir, args.out_dir)
     results["bench_seconds"] = time.perf_counter() - started
     write_reports(report_path(args.report, args.parts), results, args.versus_repeats)
 
@@ -119,6 +125,8 @@ def write_reports(path: str, results: dict, versus_repeats: int) -> None:
                    versus_example.table(results["versus_example"]), "",
                    levers.startup_sentence(results["startup_levers"]), "",
                    levers.table(results["step_levers"], results["threads"]), ""]
+    if "limit" in results:
+        sections += [limit.table(results["limit"]), ""]
     markdown_path = os.path.splitext(path)[0] + ".md"
     with open(markdown_path, "w") as f:
         f.write("\n".join(sections))
