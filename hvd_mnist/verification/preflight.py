@@ -56,10 +56,10 @@ def reach_requests(answers: dict, ssh_port: int, interface: str) -> dict:
                for host, answer in answers.items() if "versions" in answer}
     targets = {host: address for host, address in targets.items() if address}
     return {host: {"question": "reach", "port": ssh_port or SSH_DEFAULT_PORT,
-                   "interface": interface,
+                   "interface": interface, "source": address if interface else "",
                    "peers": [[peer, address] for peer, address in targets.items()
                              if peer != host]}
-            for host in targets}
+            for host, address in targets.items()}
 
 
 def check(host_names: list, data_dir: str, model_dir: str, interface: str,

@@ -155,18 +155,15 @@ def facts(request: dict) -> dict:
 
 
 def reach(request: dict) -> dict:
-    """A TCP connection to each peer's (name, address) at the ssh port, leaving through
-    the interface when one is named: what Horovod's workers will need of each other."""
+    """A TCP connection to each peer's (name, address) at the ssh port, from this host's
+    address on the interface when one is named: what Horovod's workers will need of each
+    other (Gloo binds its sockets to that address, as here, and lets routing decide)."""
     problems = []
     for name, address in request["peers"]:
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                if request.get("interface"):
-                    try:
-                        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE,
-                                     request["interface"].encode())
-                    except PermissionError:  # without CAP_NET_RAW: the routing table decides
-                        pass
+                if request.get("source"):
+                    s.bind((request["source"], 0))
                 s.settimeout(CONNECT_TIMEOUT_SECONDS)
                 s.connect((address, request["port"]))
         except OSError as e:
