@@ -73,6 +73,17 @@ train: $(SETUP_STAMP) $(DATA_STAMP)
 	  $(BIN)/python -m hvd_mnist.main --data_dir=$(DATA_DIR) --model_dir=$(MODEL_DIR) \
 	  --progress=$$progress $(TRAIN_FLAGS)
 
+# Before a long run on several hosts: python -m hvd_mnist.verify over HOSTS (HOST:SLOTS,...;
+# empty inside a Slurm allocation) checks that every host has the same stack, data and a
+# writable model_dir and reaches the others, then that a few float64 steps across them end
+# where one worker ends (docs/clusters.md). VERIFY_FLAGS: --ssh_port, --network_interface...
+HOSTS ?=
+VERIFY_FLAGS ?=
+.PHONY: verify
+verify: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python -m hvd_mnist.verify --hosts=$(HOSTS) --data_dir=$(DATA_DIR) \
+	  --model_dir=$(MODEL_DIR) $(VERIFY_FLAGS)
+
 test: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m "not hosts and not long" $(TESTS)
 
@@ -81,10 +92,11 @@ test: $(SETUP_STAMP)
 test-long: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m long
 
-# The two-host tests on a test bed of network namespaces (tools/hosts.sh; root),
-# about 6 minutes on a quiet machine, 12 under load: too long for `make test`.
+# The tests marked `hosts` (tests/test_hosts.py, tests/test_verify.py), on a test bed of
+# network namespaces (tools/hosts.sh; root): test_hosts.py's take about 6 minutes on a quiet
+# machine, 12 under load, test_verify.py's a few more: too long for `make test`.
 test-hosts: $(SETUP_STAMP)
-	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py
+	$(BIN)/python -m pytest -v -m hosts
 
 # The multi-rank error tests, REPEAT times over, counting each test's outcomes: a test
 # that fails once in 20 is a failing test. REPEAT_TESTS chooses others.

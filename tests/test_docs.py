@@ -25,6 +25,7 @@ FLAG_TABLES = {
     "Testing aids": ("hvd_mnist.main", "hvd_mnist.testing_aids"),
     "Flags of prepare": ("hvd_mnist.prepare", "hvd_mnist.prepare"),
     "Flags of predict": ("hvd_mnist.predict", "hvd_mnist.predict"),
+    "Flags of verify": ("hvd_mnist.verify", "hvd_mnist.verify"),
 }
 # What a user-facing error is: these exceptions end as one line (`hvd_mnist: error: ...`,
 # `prepare: error: ...`, or absl's usage error).

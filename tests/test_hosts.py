@@ -16,12 +16,10 @@ import pytest
 
 from conftest import (BIN_DIR, HOROVOD_TEST_ENV, horovodrun, load_weights, max_abs_difference,
                       trainer_command)
+from host_bed import BED_ENV, HOSTS_TOOL, PREFIX, hosts_tool, two_hosts  # noqa: F401
 
 pytestmark = [pytest.mark.horovodrun, pytest.mark.hosts]
 
-HOSTS_TOOL = os.path.join(os.path.dirname(__file__), "..", "tools", "hosts.sh")
-PREFIX = f"hvt{os.getpid()}"  # its own namespaces, so a stray test bed is never touched
-BED_ENV = {"HOSTS_PREFIX": PREFIX, "HOSTS_DIR": f"/run/{PREFIX}-hosts", "HOSTS_SSH_PORT": "2222"}
 SSH_FLAGS = ["--ssh-port", "2222", "--ssh-identity-file", f"/run/{PREFIX}-hosts/id_ed25519",
              "--network-interface", "eth0",
              "--disable-cache"]  # else a stopped sshd hides behind an hour-old "reachable"
@@ -29,24 +27,6 @@ SSH_FLAGS = ["--ssh-port", "2222", "--ssh-identity-file", f"/run/{PREFIX}-hosts/
 # both cores, and a different thread count sums in another order (3e-7 apart).
 QUICK = ["--epochs=2", "--max_steps_per_epoch=4", "--batch_size=16", "--log_every=1",
          "--deterministic", "--threads_per_rank=1"]
-
-
-def hosts_tool(*args, timeout=90, check=True):
-    return subprocess.run([HOSTS_TOOL, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **BED_ENV}, check=check)
-
-
-@pytest.fixture(scope="module")
-def two_hosts():
-    """hostA and hostB, removed again however the tests end."""
-    reason = hosts_tool("check", check=False)
-    if reason.returncode != 0:
-        pytest.skip(f"no test bed of hosts: {reason.stdout.strip() or reason.stderr.strip()}")
-    try:
-        hosts_tool("up", "2")
-        yield
-    finally:
-        hosts_tool("down")
 
 
 def on_hosts(hosts, np_, args, timeout=180, controller="gloo"):
