@@ -81,10 +81,11 @@ test: $(SETUP_STAMP)
 test-long: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m long
 
-# The two-host tests on a test bed of network namespaces (tools/hosts.sh; root),
+# The two-host tests on a test bed of network namespaces (tools/hosts.sh; root), plain
+# horovodrun and Slurm batch jobs (tools/slurm/bed.sh; `make setup MPI=1` installs Slurm),
 # about 6 minutes on a quiet machine, 12 under load: too long for `make test`.
 test-hosts: $(SETUP_STAMP)
-	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py
+	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py tests/test_slurm.py
 
 # The multi-rank error tests, REPEAT times over, counting each test's outcomes: a test
 # that fails once in 20 is a failing test. REPEAT_TESTS chooses others.
