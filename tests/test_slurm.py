@@ -191,7 +191,14 @@ def test_a_node_cut_off_mid_job_fails_the_job_within_60_s_leaving_whole_checkpoi
         idle_bed.hosts("link", "hostB", "up")
     output = job_output(tmp_path, job_id)
     print(f"link cut to the job's end: {seconds:.1f} s\n{output[-3000:]}")
+    # FAILED, not requeued: horovodrun fails the job before slurmctld marks hostB down
+    # (tools/slurm/bed.sh's SlurmdTimeout); the job's processes on hostA are then gone.
     assert job["JobState"] == "FAILED" and seconds < 60, output
     # horovodrun's ssh session to hostB ends after its keep-alives go unanswered.
     assert "Process 1 exit with status code 255." in output, output
     assert_latest_checkpoints_whole(model_dir)
+    # hostB's worker is sshd's child, not Slurm's: Horovod's stall check ends it.
+    stall_seconds = int(HOROVOD_TEST_ENV["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"])
+    job = wait_until_gone(idle_bed, job_id, model_dir, deadline=cut + stall_seconds + 60)
+    print(f"link cut to hostB's worker gone: {time.monotonic() - cut:.1f} s")
+    assert processes_naming(str(model_dir)) == [], "hostB's worker outlived the job"

@@ -75,7 +75,10 @@ SwitchType=switch/none
 MailProg=/bin/true
 PropagateResourceLimits=NONE
 ReturnToService=2
-# A host whose link is cut is marked down in 30 s, not the default 5 minutes.
+# A host whose link is cut is marked down after 30-40 s, not the default 5 minutes (the
+# job it ran stays COMPLETING until then); and after horovodrun has failed the job
+# (ssh's 15 s of keep-alives, then its 5 s to end the workers), not before: a node
+# marked down under a running job would requeue it instead (NODE_FAIL, --requeue).
 SlurmdTimeout=30
 KillWait=30
 MinJobAge=600
@@ -87,6 +90,17 @@ EOF
   # for /sys/fs/cgroup, which is not mounted in a namespace's fresh /sys: naming the
   # version skips that look.
   echo "CgroupPlugin=cgroup/v1" >"$SLURM_DIR/cgroup.conf"
+  # srun --mpi=pmix keeps files per node and step in a directory each node has to
+  # itself (/tmp on a cluster); here the nodes share /tmp, so each slurmd gets its own
+  # directory mounted there (start_slurmd).
+  echo "PMIxCliTmpDirBase=$SLURM_DIR/pmix" >"$SLURM_DIR/mpi.conf"
+}
+
+start_slurmd() {  # in the host's mount namespace (ip netns exec's), with its own PMIx directory
+  local host=$1
+  mkdir -p "$SLURM_DIR/pmix" "$SLURM_DIR/$host/pmix"
+  in_host "$host" sh -c 'mount --bind "$0" "$1" && exec slurmd -f "$2" -N "$3"' \
+    "$SLURM_DIR/$host/pmix" "$SLURM_DIR/pmix" "$CONF" "$host"
 }
 
 in_host() {  # CMD on HOST with this bed's SLURM_CONF
@@ -124,7 +138,7 @@ up() {
   write_conf "${hosts[@]}"
   start_munged "${hosts[0]}"
   in_host "${hosts[0]}" slurmctld -f "$CONF"
-  for host in "${hosts[@]}"; do in_host "$host" slurmd -f "$CONF" -N "$host"; done
+  for host in "${hosts[@]}"; do start_slurmd "$host"; done
   wait_until_idle "${hosts[@]}"
   echo "slurm bed: up, nodes ${hosts[*]}, controller ${hosts[0]} (SLURM_CONF=$CONF)"
 }
