@@ -83,7 +83,7 @@ test-long: $(SETUP_STAMP)
 
 # The two-host tests on a test bed of network namespaces (tools/hosts.sh; root), plain
 # horovodrun and Slurm batch jobs (tools/slurm/bed.sh; `make setup MPI=1` installs Slurm),
-# about 6 minutes on a quiet machine, 12 under load: too long for `make test`.
+# about 11 minutes on a quiet machine (5 of them Slurm's): too long for `make test`.
 test-hosts: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -v -m hosts tests/test_hosts.py tests/test_slurm.py
 
