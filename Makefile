@@ -92,9 +92,10 @@ test: $(SETUP_STAMP)
 test-long: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m long
 
-# The tests marked `hosts` (tests/test_hosts.py, tests/test_verify.py), on a test bed of
-# network namespaces (tools/hosts.sh; root): test_hosts.py's take about 6 minutes on a quiet
-# machine, 12 under load, test_verify.py's a few more: too long for `make test`.
+# The tests marked `hosts` on a test bed of network namespaces (tools/hosts.sh; root):
+# two-host horovodrun (tests/test_hosts.py), verify (tests/test_verify.py) and Slurm batch
+# jobs (tests/test_slurm.py, tools/slurm/bed.sh; `make setup MPI=1` installs Slurm); about
+# 15 minutes on a quiet machine: too long for `make test`.
 test-hosts: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -v -m hosts
 

@@ -167,7 +167,7 @@ def test_make_targets_the_docs_name_exist():
 
 
 REPO_PATH = re.compile(
-    r"(?<![\w/.-])((?:hvd_mnist|tools|reports|tests|docs|\.ci)/[\w./-]*[\w/]"
+    r"(?<![\w/.-])((?:hvd_mnist|tools|reports|tests|docs|deploy|\.ci)/[\w./-]*[\w/]"
     r"|(?:Makefile|BUILD_NOTES\.md|setup\.cfg|pyproject\.toml|LICENSE)\b)")
 
 

@@ -7,7 +7,8 @@
 #   tools/setup.sh                          CPU host, TF 2.21 + Keras 3 in .venv
 #   TF=2.15 VENV=.venv-tf2.15 tools/setup.sh  TF 2.15 (Keras 2); 2.16-2.19 add tf-keras
 #   TF_FLAVOR=gpu tools/setup.sh            GPU host: tensorflow[and-cuda]
-#   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it
+#   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it,
+#                                           and Slurm and munge for the test bed's cluster
 #
 # tools/pins/tf<TF>.txt pins what differs between TensorFlow versions.
 set -euo pipefail
@@ -86,16 +87,20 @@ fi
 
 # System packages, only when missing and only as root (else the tests that
 # need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
-# iproute2 and openssh-server; MPI=1 adds Open MPI, so Horovod is built with it.
+# iproute2 and openssh-server; MPI=1 adds Open MPI, so Horovod is built with it,
+# and Slurm with munge for the Slurm cluster on the test bed (tools/slurm/bed.sh).
 apt_packages=()
 command -v ip >/dev/null || apt_packages+=(iproute2)
 [ -x /usr/sbin/sshd ] || apt_packages+=(openssh-server)
 if [ "${MPI:-0}" = 1 ] && ! command -v mpirun >/dev/null; then
   apt_packages+=(openmpi-bin libopenmpi-dev)
 fi
+if [ "${MPI:-0}" = 1 ] && ! { command -v slurmd >/dev/null && command -v munged >/dev/null; }; then
+  apt_packages+=(slurm-wlm munge)
+fi
 install_apt_packages() {
-  # The test bed starts its own sshd inside namespaces; the package's own
-  # service must not start listening in the root namespace.
+  # The test bed starts its own sshd, munged and Slurm daemons inside namespaces;
+  # the packages' own services must not start in the root namespace.
   local policy=/usr/sbin/policy-rc.d made_policy=0
   if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' >$policy; chmod +x $policy; made_policy=1; fi
   apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
