@@ -108,8 +108,9 @@ def define_flags():
                       "Compression.fp16): half the bytes on the network.")
     flags.DEFINE_enum("precision", "float32", list(config_lib.PRECISIONS),
                       "float32, or mixed_bfloat16 / mixed_float16: the layers compute in "
-                      "bfloat16 / float16, the variables, the last layer's softmax and the loss "
-                      "stay float32; mixed_float16 scales the loss dynamically (docs/precision.md).")
+                      "bfloat16 / float16, the variables, the last layer's softmax and the "
+                      "loss stay float32; mixed_float16 scales the loss dynamically "
+                      "(docs/precision.md).")
     flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
                          "makes one allreduce and one update (gradient accumulation; an epoch "
                          "is rounded down to whole updates).", lower_bound=1)

@@ -30,7 +30,8 @@ def define_flags():
         message="--float64 needs --precision=float32")
     flags.DEFINE_integer("inject_overflow_at_step", 0, "Testing aid: the last rank's gradients "
                          "become Inf before the allreduce of this step (counted from 1 over the "
-                         "run), as a float16 overflow on one rank would.", lower_bound=0)
+                         "run; 2 or more workers), as a float16 overflow on one rank would.",
+                         lower_bound=0)
     flags.DEFINE_string("export_weights_dir", "", "Testing aid: every rank writes its final "
                         "weights there as weights_rank<R>.npz, and its optimizer's variables "
                         "as optimizer_rank<R>.npz.")
