@@ -15,6 +15,7 @@ MODES = ("custom", "keras")
 INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
 PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")  # see training/precision.py
 
 # --recipe=fast: flag values it sets unless given on the command line (docs/usage.md;
 # its time to 99%: docs/performance.md).
@@ -59,6 +60,8 @@ class TrainConfig:
     progress: str = "auto"  # bar, lines, or auto: bar when stdout is a terminal
     export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
     fp16_allreduce: bool = False  # gradients cross the network as float16
+    precision: str = "float32"  # or a Keras mixed policy: compute in bfloat16/float16
+    inject_overflow_at_step: int = 0  # testing aid: Inf gradients on the last rank at this step
     backward_passes_per_step: int = 1  # local batches whose mean gradient makes one update
     checkpoint_every_steps: int = 0  # > 0: also a mid-epoch checkpoint every this many steps
     checkpoint_every_minutes: float = 0.0  # > 0: also one when this long since the last

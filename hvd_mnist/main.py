@@ -106,9 +106,19 @@ def define_flags():
                       "to model_dir/export (for python -m hvd_mnist.predict).")
     flags.DEFINE_bool("fp16_allreduce", False, "Send gradients as float16 (Horovod's "
                       "Compression.fp16): half the bytes on the network.")
+    flags.DEFINE_enum("precision", "float32", list(config_lib.PRECISIONS),
+                      "float32, or mixed_bfloat16 / mixed_float16: the layers compute in "
+                      "bfloat16 / float16, the variables, the last layer's softmax and the "
+                      "loss stay float32; mixed_float16 scales the loss dynamically "
+                      "(docs/precision.md).")
     flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
                          "makes one allreduce and one update (gradient accumulation; an epoch "
                          "is rounded down to whole updates).", lower_bound=1)
+    flags.register_multi_flags_validator(
+        ["precision", "backward_passes_per_step"],
+        lambda f: f["precision"] != "mixed_float16" or f["backward_passes_per_step"] == 1,
+        message="--precision=mixed_float16 needs --backward_passes_per_step=1: the loss scale "
+                "decides per update whether to skip it, not per accumulated batch")
     flags.register_multi_flags_validator(
         ["mode", "keras_literal"], lambda f: f["mode"] == "keras" or not f["keras_literal"],
         message="--keras_literal needs --mode=keras")

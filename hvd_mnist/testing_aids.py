@@ -25,8 +25,16 @@ def define_flags():
                          "stop.", lower_bound=0)
     flags.DEFINE_bool("float64", False, "Testing aid: model, data and optimizer in float64, "
                       "for the sharper -np invariance proof (tests/test_parity.py).")
+    flags.register_multi_flags_validator(
+        ["float64", "precision"], lambda f: not f["float64"] or f["precision"] == "float32",
+        message="--float64 needs --precision=float32")
+    flags.DEFINE_integer("inject_overflow_at_step", 0, "Testing aid: the last rank's gradients "
+                         "become Inf before the allreduce of this step (counted from 1 over the "
+                         "run; 2 or more workers), as a float16 overflow on one rank would.",
+                         lower_bound=0)
     flags.DEFINE_string("export_weights_dir", "", "Testing aid: every rank writes its final "
-                        "weights there as weights_rank<R>.npz.")
+                        "weights there as weights_rank<R>.npz, and its optimizer's variables "
+                        "as optimizer_rank<R>.npz.")
     flags.DEFINE_string("example_log", "", "Testing aid for --elastic: every process appends "
                         "the examples of each step it trains to DIR/examples-<pid>.jsonl.")
     flags.register_multi_flags_validator(
@@ -46,15 +54,62 @@ def inject_nan_if_due(config, run_step: int, model) -> None:
         bias.assign(tf.fill(bias.shape, math.nan))
 
 
-def write_weights(config, model) -> None:
-    """--export_weights_dir: every rank writes its own weights, so tests compare ranks and runs."""
+class _OverflowOnOneRank:
+    """A Horovod compression that hands tensors to `inner`, but while `armed` (set on the
+    last rank only, by arm_overflow_if_due) replaces them with Inf first: one rank's
+    gradients overflowed, as its float16 backward pass can, on their way into the allreduce."""
+
+    def __init__(self, inner):
+        import tensorflow as tf
+        self.inner = inner
+        self.armed = tf.Variable(False, trainable=False, name="inject_overflow")
+
+    def compress(self, tensor):
+        import tensorflow as tf
+        overflowed = tf.fill(tf.shape(tensor), tf.constant(math.inf, tensor.dtype))
+        return self.inner.compress(tf.where(self.armed, overflowed, tensor))
+
+    def decompress(self, tensor, ctx):
+        return self.inner.decompress(tensor, ctx)
+
+
+_overflow = None
+
+
+def overflow_compression(config, compression):
+    """--inject_overflow_at_step: `compression`, able to overflow one rank's gradients."""
+    global _overflow
+    if not config.inject_overflow_at_step:
+        return compression
+    _overflow = _OverflowOnOneRank(compression)
+    return _overflow
+
+
+def arm_overflow_if_due(config, run_step: int) -> None:
+    """Before each step (both paths): arms the overflow for step --inject_overflow_at_step
+    on the last rank, and disarms it after."""
+    if _overflow is None:
+        return
+    import horovod.tensorflow as hvd
+    _overflow.armed.assign(run_step == config.inject_overflow_at_step
+                           and hvd.rank() == hvd.size() - 1)
+
+
+def write_weights(config, model, optimizer) -> None:
+    """--export_weights_dir: every rank writes its own weights, so tests compare ranks and
+    runs, and its optimizer's step count and loss scale (NaN without loss scaling)."""
     if not config.export_weights_dir:
         return
     import horovod.tensorflow as hvd
     import numpy as np
+    from hvd_mnist.process import keras_compat
     os.makedirs(config.export_weights_dir, exist_ok=True)
     np.savez(os.path.join(config.export_weights_dir, f"weights_rank{hvd.rank()}.npz"),
              *[v.numpy() for v in model.weights])
+    scale = keras_compat.loss_scale(optimizer)
+    np.savez(os.path.join(config.export_weights_dir, f"optimizer_rank{hvd.rank()}.npz"),
+             iterations=int(optimizer.iterations),
+             loss_scale=math.nan if scale is None else scale)
 
 
 class ExampleLog:

@@ -75,6 +75,21 @@ def test_mid_epoch_checkpoints_are_refused_where_they_cannot_work(parsed_flags, 
     assert (cfg.checkpoint_every_steps, cfg.checkpoint_every_minutes) == (10, 2.5)
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--precision=mixed_float16", "--backward_passes_per_step=2"],
+     "--precision=mixed_float16 needs --backward_passes_per_step=1: the loss scale decides "
+     "per update whether to skip it, not per accumulated batch"),
+    (["--float64", "--precision=mixed_bfloat16"], "--float64 needs --precision=float32"),
+    (["--precision=float16"], "flag --precision=float16: value should be one of"),
+])
+def test_precision_is_refused_where_it_cannot_work(parsed_flags, argv, message):
+    with pytest.raises(flags.IllegalFlagValueError, match=message.replace("+", r"\+")):
+        parsed_flags(*argv)
+    cfg = main.config_from_flags(parsed_flags("--precision=mixed_bfloat16",
+                                              "--backward_passes_per_step=2"))
+    assert (cfg.precision, cfg.backward_passes_per_step) == ("mixed_bfloat16", 2)
+
+
 def run_main(*argv):
     return subprocess.run([sys.executable, "-m", "hvd_mnist.main", *argv],
                           capture_output=True, text=True, timeout=120)

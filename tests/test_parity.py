@@ -48,6 +48,16 @@ def report(record_property, name, difference):
     print(f"{name}: largest absolute weight difference {difference:.3g}")
 
 
+def compare(record_property, name, reference, weights, tolerance) -> tuple[float, float]:
+    """Reports and returns the largest difference and the fraction of weights beyond
+    `tolerance`."""
+    difference = max_abs_difference(reference, weights)
+    off = fraction_beyond(reference, weights, tolerance)
+    report(record_property, name, difference)
+    print(f"  fraction of weights beyond {tolerance:g}: {off:.5f}")
+    return difference, off
+
+
 def test_custom_loop_equals_keras_fit_at_one_worker(tiny_data_dir, tmp_path, record_property):
     twenty_steps = ["--epochs=4", "--max_steps_per_epoch=5"]  # crosses epoch boundaries too
     custom = train_weights(tiny_data_dir, tmp_path, "custom", 1, *twenty_steps)
@@ -72,10 +82,8 @@ def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path, refer
                                                   record_property, mode, np_):
     weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}", np_, f"--mode={mode}",
                             *TEN_STEPS)
-    difference = max_abs_difference(reference_weights, weights)
-    off = fraction_beyond(reference_weights, weights, INVARIANCE_TOLERANCE)
-    report(record_property, f"{mode}_np{np_}_vs_custom_np1_10_steps", difference)
-    print(f"  fraction of weights beyond {INVARIANCE_TOLERANCE:g}: {off:.5f}")
+    _, off = compare(record_property, f"{mode}_np{np_}_vs_custom_np1_10_steps",
+                     reference_weights, weights, INVARIANCE_TOLERANCE)
     # Early Adadelta steps are nearly sign(gradient) * 1.4e-3, so a gradient within
     # rounding of zero (a different kernel for another per-worker batch) can flip
     # one weight's step; measured: up to 0.5% of weights, by up to 2e-4. A real bug
@@ -91,10 +99,8 @@ def test_the_checks_catch_a_broken_trainer(tiny_data_dir, tmp_path, reference_we
     broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
     weights = train_weights(tiny_data_dir, tmp_path, bug, 2, f"--mode={mode}", *TEN_STEPS,
                             command=broken)
-    difference = max_abs_difference(reference_weights, weights)
-    off = fraction_beyond(reference_weights, weights, INVARIANCE_TOLERANCE)
-    report(record_property, f"broken_{bug}_{mode}_np2_vs_custom_np1", difference)
-    print(f"  fraction of weights beyond {INVARIANCE_TOLERANCE:g}: {off:.5f}")
+    difference, off = compare(record_property, f"broken_{bug}_{mode}_np2_vs_custom_np1",
+                              reference_weights, weights, INVARIANCE_TOLERANCE)
     # A real bug misses by orders of magnitude, in most weights, not by rounding.
     assert difference > 100 * INVARIANCE_TOLERANCE and off > 50 * MAX_FRACTION_OFF
 
@@ -118,10 +124,8 @@ def test_streamed_input_does_not_depend_on_workers_or_path(
         tiny_data_dir, tmp_path, stream_reference_weights, record_property, mode, np_):
     weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}_stream", np_,
                             f"--mode={mode}", "--input=stream", *TEN_STEPS)
-    difference = max_abs_difference(stream_reference_weights, weights)
-    off = fraction_beyond(stream_reference_weights, weights, INVARIANCE_TOLERANCE)
-    report(record_property, f"stream_{mode}_np{np_}_vs_custom_np1_10_steps", difference)
-    print(f"  fraction of weights beyond {INVARIANCE_TOLERANCE:g}: {off:.5f}")
+    _, off = compare(record_property, f"stream_{mode}_np{np_}_vs_custom_np1_10_steps",
+                     stream_reference_weights, weights, INVARIANCE_TOLERANCE)
     assert off <= STREAM_MAX_FRACTION_OFF
 
 
@@ -175,8 +179,6 @@ def test_in_float64_the_planted_bugs_miss_by_orders_of_magnitude(
     broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
     weights = train_weights(tiny_data_dir, tmp_path, f"{bug}_float64", 2, "--float64",
                             *TWENTY_STEPS, command=broken)
-    difference = max_abs_difference(float64_reference_weights, weights)
-    off = fraction_beyond(float64_reference_weights, weights, FLOAT64_TOLERANCE)
-    report(record_property, f"float64_broken_{bug}_np2_vs_custom_np1", difference)
-    print(f"  fraction of weights beyond {FLOAT64_TOLERANCE:g}: {off:.5f}")
+    difference, off = compare(record_property, f"float64_broken_{bug}_np2_vs_custom_np1",
+                              float64_reference_weights, weights, FLOAT64_TOLERANCE)
     assert difference > 1e6 * FLOAT64_TOLERANCE and off > 0.5

@@ -11,10 +11,17 @@ import json
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.errors import UserFacingError
+from hvd_mnist.process import keras_compat
 
 # What the saved variables mean. Optimizer slots are saved as a list, so another
 # optimizer with slots of the same shapes would restore silently into the wrong ones.
-BINDING_FLAGS = ("mode", "optimizer", "float64")
+# A mixed_float16 checkpoint also holds the loss scale, which no other precision has.
+# bfloat16 and float32 save the same float32 variables, but a resume between them is
+# refused too: their steps round differently, and a run that changed precision half-way
+# is rarely what was meant (docs/precision.md).
+BINDING_FLAGS = ("mode", "optimizer", "float64", "precision")
+# What a record written before a setting existed meant by it.
+OLDER_RECORDS = {"precision": "float32"}
 BINDING_STRUCTURE = {  # key: how a person would name it
     "model_variables": "the model's variables",
     "optimizer_hyperparameters": "the optimizer's hyper-parameters",
@@ -37,12 +44,14 @@ _NOT_HYPERPARAMETERS = ("name", "learning_rate", "jit_compile", "is_legacy_optim
 def of_run(config: config_lib.TrainConfig, batching: config_lib.Batching, num_workers: int,
            steps_per_epoch: int, model, optimizer) -> dict:
     """The record saved with every checkpoint of this run (JSON-serialisable)."""
-    hyperparameters = {k: v for k, v in optimizer.get_config().items()
-                       if k not in _NOT_HYPERPARAMETERS}
+    # The wrapped optimizer's: a LossScaleOptimizer's config nests it, learning rate and all.
+    hyperparameters = {k: v for k, v in keras_compat.unscaled_optimizer(optimizer)
+                       .get_config().items() if k not in _NOT_HYPERPARAMETERS}
     return {
         "mode": config.mode,
         "optimizer": config.optimizer,
         "float64": config.float64,
+        "precision": config.precision,
         "optimizer_hyperparameters": hyperparameters,
         "optimizer_variables": _shapes(optimizer.variables),
         "model_variables": _shapes(model.variables),
@@ -81,6 +90,7 @@ def check_resume(saved: dict, requested: dict, checkpoint_path: str) -> str:
     Returns "" when the resumed run continues exactly what the saved run would
     have done, else one line naming every setting whose change alters the result.
     """
+    saved = {**OLDER_RECORDS, **saved}
     mismatches = [f"--{name} was {saved.get(name)}, now {requested[name]}"
                   for name in BINDING_FLAGS if saved.get(name) != requested[name]]
     if not mismatches:  # with other flags the structure differs anyway; name the flags only

@@ -87,7 +87,46 @@ def tf_variables(variables) -> list:
 def state_variables(model, optimizer) -> list:
     """Every model and optimizer variable, as the tf.Variables Horovod broadcasts: rank 0's
     state, which every rank takes before step 1 (and an elastic job after every reset)."""
-    return tf_variables(model.variables + optimizer.variables)
+    return tf_variables(model.variables + optimizer.variables + _loss_scale_state(optimizer))
+
+
+def _is_loss_scaled(optimizer) -> bool:
+    return hasattr(optimizer, "inner_optimizer")  # both Kerases' LossScaleOptimizer
+
+
+def _loss_scale_state(optimizer) -> list:
+    """Keras 2's loss scale and its count of finite steps, which its LossScaleOptimizer
+    leaves out of `variables` (Keras 3's lists them there)."""
+    if not _is_loss_scaled(optimizer) or is_keras3():
+        return []
+    return [optimizer._loss_scale.current_loss_scale, optimizer._loss_scale.counter]
+
+
+def loss_scale(optimizer) -> float | None:
+    if not _is_loss_scaled(optimizer):
+        return None
+    return float(optimizer.dynamic_scale if is_keras3() else optimizer.loss_scale)
+
+
+def unscaled_optimizer(optimizer):
+    """The optimizer inside a LossScaleOptimizer (the one whose hyper-parameters count)."""
+    return optimizer.inner_optimizer if _is_loss_scaled(optimizer) else optimizer
+
+
+def scale_loss(optimizer, loss):
+    """The loss times the loss scale (the loss itself without loss scaling), inside the tape.
+    Keras 3's optimizers all have scale_loss, the identity unless loss-scaled."""
+    if is_keras3():
+        return optimizer.scale_loss(loss)
+    return optimizer.get_scaled_loss(loss) if _is_loss_scaled(optimizer) else loss
+
+
+def unscale_gradients(optimizer, gradients):
+    """Keras 2's LossScaleOptimizer leaves the unscaling to its caller, as its own
+    minimize() does; Keras 3's does it in apply_gradients, after its finiteness check."""
+    if is_keras3() or not _is_loss_scaled(optimizer):
+        return gradients
+    return optimizer.get_unscaled_gradients(gradients)
 
 
 def dropout_layer(rate: float, dtype):
@@ -127,7 +166,7 @@ def reseed_dropout(layer, seed: int, draws: int = 0, batch_size: int = 0) -> Non
 
 
 def make_distributed_optimizer(optimizer_class, arguments: dict, compression,
-                               backward_passes_per_step: int):
+                               backward_passes_per_step: int, loss_scaling: bool = False):
     """The fit() path's optimizer: `optimizer_class(**arguments)`, averaging gradients over ranks.
 
     Keras 2: Horovod's own Keras DistributedOptimizer wraps it (and accumulates
@@ -135,16 +174,32 @@ def make_distributed_optimizer(optimizer_class, arguments: dict, compression,
     update step first averages the gradients with one grouped allreduce. Keras 3's own
     gradient accumulation calls the update step once every K batches with their mean,
     so there too one allreduce serves K batches.
+
+    With `loss_scaling` (no accumulation), a LossScaleOptimizer whose finiteness check
+    sees the averaged gradients, as on the custom loop (training/precision.py): Keras 2's
+    gets them from Horovod's optimizer inside it, whose compute_gradients averages;
+    Keras 3's averages them itself before its apply checks them.
     """
     import horovod.tensorflow as hvd
+    import tensorflow as tf
 
     if not is_keras3():
         import horovod.tensorflow.keras as hvd_keras
 
-        return hvd_keras.DistributedOptimizer(
+        optimizer = hvd_keras.DistributedOptimizer(
             optimizer_class(**arguments), compression=compression,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=True)  # the mean of K batches, as the custom loop
+        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer) if loss_scaling else optimizer
+
+    if loss_scaling:
+        class DistributedLossScaleOptimizer(tf.keras.mixed_precision.LossScaleOptimizer):
+            def apply(self, grads, trainable_variables=None):
+                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average,
+                                              compression=compression)
+                return super().apply(grads, trainable_variables)
+
+        return DistributedLossScaleOptimizer(optimizer_class(**arguments))
 
     class DistributedOptimizer(optimizer_class):
         # The update step receives the gradients an update will use: after Keras's

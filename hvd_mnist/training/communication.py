@@ -10,12 +10,15 @@ average_aggregated_gradients=True) does on the Keras path.
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib
+from hvd_mnist import config as config_lib, testing_aids
 from hvd_mnist.process import keras_compat
 
 
 def compression(config: config_lib.TrainConfig):
-    return hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+    """How gradients cross the network: float32 as they are (in every --precision, see
+    precision.py), or float16 with --fp16_allreduce."""
+    chosen = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+    return testing_aids.overflow_compression(config, chosen)
 
 
 def average_loss(loss, requests=None):

@@ -69,7 +69,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     wall_start = time.perf_counter()
     job = job_lib.start_process(config)
     tf.keras.utils.set_random_seed(config.seed)
-    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
+    model = job_lib.build_model(config, job)
     optimizer = job_lib.scheduled_optimizer(config, job)
     # Before the state captures the optimizer's variables: a state made before the
     # slots exist leaves them out, and a joining worker would later create them
@@ -194,7 +194,7 @@ def _train(state: TrainingState, run: _Run) -> dict:
                    images_per_second=(state.images_trained / summary["train_seconds"]
                                       if summary["train_seconds"] else 0.0))
     monitor.close()
-    job_lib.finish(config, summary, run.model)
+    job_lib.finish(config, summary, run.model, run.optimizer)
     return summary
 
 

@@ -14,7 +14,7 @@ from hvd_mnist import config as config_lib, testing_aids
 from hvd_mnist.data import inputs
 from hvd_mnist.outputs import export, files, ownership, records
 from hvd_mnist.process import runtime
-from hvd_mnist.training import model as model_lib
+from hvd_mnist.training import model as model_lib, precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +38,10 @@ def start(config: config_lib.TrainConfig) -> Job:
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     # After the checks of the input, which write nothing, and before anything is written.
     taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
-    if taken_over:
-        runtime.log(taken_over)
+    for line in (taken_over, precision.describe(config), precision.emulation_warning(
+            config.precision, has_gpu=bool(tf.config.list_physical_devices("GPU")))):
+        if line:
+            runtime.log(line)
     return job
 
 
@@ -101,14 +103,21 @@ def learning_rate(config: config_lib.TrainConfig, job: Job):
 
 
 def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
-    """The custom loop's optimizer, with the run's learning rate."""
-    return model_lib.make_optimizer(config.optimizer, learning_rate(config, job))
+    """The custom loop's optimizer, with the run's learning rate (and loss scaling with
+    mixed_float16)."""
+    return precision.with_loss_scaling(
+        config.precision, model_lib.make_optimizer(config.optimizer, learning_rate(config, job)))
 
 
-def finish(config: config_lib.TrainConfig, summary: dict, model) -> None:
+def build_model(config: config_lib.TrainConfig, job: Job):
+    return model_lib.build_model(dropout=config.dropout, dtype=job.dtype,
+                                 precision=config.precision)
+
+
+def finish(config: config_lib.TrainConfig, summary: dict, model, optimizer) -> None:
     """Rank 0 writes summary.json and (with --export) the exported model, and prints the
     summary; every rank calls it."""
-    testing_aids.write_weights(config, model)
+    testing_aids.write_weights(config, model, optimizer)
     runtime.on_chief(lambda: files.write_json(os.path.join(config.model_dir, "summary.json"),
                                               summary))
     runtime.log(records.format_summary(summary))

@@ -19,11 +19,11 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib
+from hvd_mnist import config as config_lib, testing_aids
 from hvd_mnist.data import splits
 from hvd_mnist.outputs import files, progress, records, timing
 from hvd_mnist.process import keras_compat, runtime
-from hvd_mnist.training import communication, job as job_lib, model as model_lib
+from hvd_mnist.training import communication, job as job_lib, model as model_lib, precision
 
 
 class EpochBookkeeping(tf.keras.callbacks.Callback):
@@ -41,6 +41,7 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         super().__init__()
         self.monitor = monitor
         self.config, self.rank, self.epochs = config, job.topology.rank, epochs
+        self.steps_per_epoch = job.steps_per_epoch
         self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
         self.test_examples = job.source.num_test_examples
         self.clock = timing.StepClock(job.batching.global_batch_size)
@@ -48,9 +49,13 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         model_lib.reseed_dropout(self.model, (self.config.seed, self.rank, epoch + 1))
+        self.epoch_steps_done = epoch * self.steps_per_epoch
         self._start = time.perf_counter()
         self.clock.epoch_started()
         self.monitor.start_epoch(epoch + 1)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        testing_aids.arm_overflow_if_due(self.config, self.epoch_steps_done + batch + 1)
 
     def on_train_batch_end(self, batch, logs=None):
         self.clock.step_done()
@@ -165,10 +170,11 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
 
     tf.keras.utils.set_random_seed(config.seed)
-    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
+    model = job_lib.build_model(config, job)
     optimizer = keras_compat.make_distributed_optimizer(
         *model_lib.optimizer_recipe(config.optimizer, job_lib.learning_rate(config, job)),
-        communication.compression(config), config.backward_passes_per_step)
+        communication.compression(config), config.backward_passes_per_step,
+        precision.loss_scaling(config.precision))
     # No XLA: Keras 3 would compile fit's step with it on GPU hosts, and Horovod's ops
     # do not run inside XLA-compiled functions (on CPU it was 8x slower anyway).
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"],
@@ -205,5 +211,5 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                 wall_seconds=time.perf_counter() - wall_start,
                                 clock=bookkeeping.clock, mode="keras")
     monitor.close()
-    job_lib.finish(config, summary, model)
+    job_lib.finish(config, summary, model, optimizer)
     return summary

@@ -42,6 +42,7 @@ def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: i
     for step, (images, labels) in enumerate(batches, start=first_step):
         run_step = (epoch - 1) * steps + step
         testing_aids.inject_nan_if_due(config, run_step, model)
+        testing_aids.arm_overflow_if_due(config, run_step)
         if control:
             control.before_step()
             loss, agreed = train_step(images, labels)
@@ -114,7 +115,7 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
     topology, batching, steps = job.topology, job.batching, job.steps_per_epoch
 
     tf.keras.utils.set_random_seed(config.seed)
-    model = model_lib.build_model(dropout=config.dropout, dtype=job.dtype)
+    model = job_lib.build_model(config, job)
     optimizer = job_lib.scheduled_optimizer(config, job)
     optimizer.build(model.trainable_variables)  # the slots, before the broadcast
     identity = run_identity.of_run(config, batching, topology.size, steps, model, optimizer)
@@ -172,5 +173,5 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
                                 steps_done_before=start.steps_done, mode="custom",
                                 train_step_traces=train_step.experimental_get_tracing_count())
     monitor.close()
-    job_lib.finish(config, summary, model)
+    job_lib.finish(config, summary, model, optimizer)
     return summary

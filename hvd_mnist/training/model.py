@@ -8,30 +8,34 @@ import tensorflow as tf
 
 from hvd_mnist.data import splits
 from hvd_mnist.process import keras_compat
+from hvd_mnist.training import precision as precision_lib
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
 
 
-def build_model(dropout: bool = True, dtype=tf.float32) -> tf.keras.Model:
+def build_model(dropout: bool = True, dtype=tf.float32,
+                precision: str = "float32") -> tf.keras.Model:
     """Conv32-Conv64-MaxPool-Dropout-Dense128-Dropout-Dense10 (softmax).
 
     dropout=False keeps the layers but with rate 0, so weights and layer names
     are the same; tests use it to make training deterministic across paths.
     dtype=float64 (tests only) builds every layer, and so the optimizer's slots,
-    in float64.
+    in float64. A mixed `precision` (precision.py) is the policy of every layer but
+    the last, whose softmax stays in `dtype`.
     """
     keep = 1.0 if dropout else 0.0
     layers = tf.keras.layers
+    hidden = precision_lib.layer_dtype(precision, dtype)
     return tf.keras.Sequential([
         tf.keras.Input(shape=INPUT_SHAPE, dtype=dtype),
-        layers.Conv2D(32, kernel_size=(3, 3), activation="relu", dtype=dtype),
-        layers.Conv2D(64, (3, 3), activation="relu", dtype=dtype),
-        layers.MaxPooling2D(pool_size=(2, 2), dtype=dtype),
-        keras_compat.dropout_layer(0.25 * keep, dtype),
-        layers.Flatten(dtype=dtype),
-        layers.Dense(128, activation="relu", dtype=dtype),
-        keras_compat.dropout_layer(0.5 * keep, dtype),
+        layers.Conv2D(32, kernel_size=(3, 3), activation="relu", dtype=hidden),
+        layers.Conv2D(64, (3, 3), activation="relu", dtype=hidden),
+        layers.MaxPooling2D(pool_size=(2, 2), dtype=hidden),
+        keras_compat.dropout_layer(0.25 * keep, hidden),
+        layers.Flatten(dtype=hidden),
+        layers.Dense(128, activation="relu", dtype=hidden),
+        keras_compat.dropout_layer(0.5 * keep, hidden),
         layers.Dense(NUM_CLASSES, activation="softmax", dtype=dtype),
     ], name="mnist_cnn")
 

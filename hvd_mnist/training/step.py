@@ -26,7 +26,8 @@ def image_spec(model) -> tf.TensorSpec:
 
 def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
                     input_signature=None, requests=None):
-    """One step: local gradients, averaged over ranks by Horovod, then applied.
+    """One step: local gradients, averaged over ranks by Horovod, then applied (with
+    mixed_float16, of the scaled loss, unscaled after the average: precision.py).
 
     Returns the loss averaged over ranks, so every rank sees the same value and
     takes the same decision about it. (What that scalar allreduce costs is below
@@ -44,8 +45,12 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
             loss = loss_fn(labels, probabilities)
+            scaled_loss = keras_compat.scale_loss(optimizer, loss)  # mixed_float16 only
         tape = hvd.DistributedGradientTape(tape, compression=compression)
-        gradients = tape.gradient(loss, sources)
+        gradients = tape.gradient(scaled_loss, sources)  # averaged: the same on every rank
+        # A LossScaleOptimizer skips a step whose averaged gradients are not finite, so
+        # every rank skips it (precision.py).
+        gradients = keras_compat.unscale_gradients(optimizer, gradients)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return communication.average_loss(loss, requests)
 

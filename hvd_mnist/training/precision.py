@@ -1,0 +1,95 @@
+"""Mixed precision (`--precision`): each layer's Keras dtype policy, float16's loss scaling
+composed with Horovod, and what the gradients cross the network as.
+
+mixed_bfloat16 and mixed_float16 compute every layer but the last in bfloat16 or float16.
+The variables stay float32, and so do the last layer (its softmax) and the loss: small
+probabilities and their logarithms need float32's range.
+
+On the wire: gradients are taken with respect to the float32 variables (the gradient of
+a layer's cast of its variable casts back), so they are float32 in every precision, and
+that is what the allreduce sends; `--fp16_allreduce` sends float16 (communication.py).
+
+float16 loss scaling, the same on both paths: the loss times the scale, the gradients,
+their average over ranks, then the finiteness check, the unscaling and the update. The
+check comes after the allreduce: a NaN or Inf on any one rank makes the average
+non-finite, and every rank holds the same average bit for bit, so every rank skips the
+same step and halves the same scale. No extra collective is needed for the ranks to agree.
+"""
+
+from hvd_mnist import config as config_lib
+from hvd_mnist.process import keras_compat
+
+COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
+                  "mixed_float16": "float16"}
+# Where the kernels of TensorFlow's CPU build (oneDNN) compute bfloat16 in hardware.
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def is_mixed(precision: str) -> bool:
+    return precision != "float32"
+
+
+def loss_scaling(precision: str) -> bool:
+    """float16's 5 exponent bits let small gradients underflow to 0 unless the loss is
+    scaled up; bfloat16 has float32's exponent range and needs no scaling."""
+    return precision == "mixed_float16"
+
+
+def layer_dtype(precision: str, dtype):
+    """The dtype (policy name) of the layers before the last: the mixed policy, or `dtype`."""
+    return precision if is_mixed(precision) else dtype
+
+
+def with_loss_scaling(precision: str, optimizer):
+    """`optimizer`, wrapped in Keras's dynamic LossScaleOptimizer for mixed_float16. Its
+    defaults (scale 2**15, doubled after 2000 finite steps, halved at every skipped one)
+    are those Keras picks for itself."""
+    if not loss_scaling(precision):
+        return optimizer
+    import tensorflow as tf
+    return tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+
+
+def wire_dtype(config: config_lib.TrainConfig) -> str:
+    return "float16" if config.fp16_allreduce else "float32"
+
+
+def describe(config: config_lib.TrainConfig) -> str:
+    """The run's start line about its precision ("" for float32)."""
+    if not is_mixed(config.precision):
+        return ""
+    scaled = ", the loss scaled dynamically" if loss_scaling(config.precision) else ""
+    return (f"precision {config.precision}: layers compute in "
+            f"{COMPUTE_DTYPES[config.precision]}; variables, the last layer and the loss in "
+            f"float32; gradients cross the network as {wire_dtype(config)}{scaled}")
+
+
+def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set:
+    """The CPU's feature flags (of its first processor); empty where the file cannot be read."""
+    try:
+        with open(cpuinfo_path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def emulation_warning(precision: str, has_gpu: bool,
+                      cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """One line when bfloat16 will run on a CPU without bfloat16 instructions ("" otherwise)."""
+    if precision != "mixed_bfloat16" or has_gpu:
+        return ""
+    flags = cpu_flags(cpuinfo_path)
+    if not flags or flags & set(BFLOAT16_CPU_FLAGS):
+        return ""  # not Linux's cpuinfo (say, not x86): nothing known to warn about
+    return ("warning: this CPU has no bfloat16 instructions (neither "
+            + " nor ".join(BFLOAT16_CPU_FLAGS) + f" in {cpuinfo_path}): "
+            "--precision=mixed_bfloat16 is emulated here, converting to and from float32 "
+            "around every operation, and runs slower than --precision=float32")
+
+
+def loss_scale(optimizer) -> float | None:
+    """The current loss scale, or None without loss scaling."""
+    return keras_compat.loss_scale(optimizer)
