@@ -1,7 +1,7 @@
 """make bench-elastic: what --elastic costs without a failure, and how fast it recovers
 from one, in one run on one machine.
 
-    python -m tools.bench.elastic [--repeats=3]    (~10 min on 2 cores)
+    python -m tools.bench.elastic [--repeats=3]    (~7 min on 2 cores)
 
 Throughput: the same short custom-loop run at -np 2 three ways, taking turns --repeats
 times (ABCABC...), so a change in the machine's load hits all alike:
@@ -15,8 +15,11 @@ times (ABCABC...), so a change in the machine's load hits all alike:
                     the same without --threads_per_rank: each worker sees one local rank
                     on its "host" and takes both cores' threads (4 threads on 2 cores)
 
-Each figure is a median over the runs: steady images/s (steady_state.py), and for the
-elastic runs rank 0's commits and the seconds they took (summary.json's `elastic`).
+Each figure is a median over the runs: steady images/s (steady_state.py: 20-step windows
+after the first), training images/s (summary.json's: every image over the epochs' training
+seconds, the first step's tracing included), and for the elastic runs rank 0's commits and
+the seconds they took (summary.json's `elastic`). The two rates can disagree: the windows
+leave out what happens between them, which is not the same on the two paths.
 
 Recovery: one elastic run at -np 2 with --example_log; once its first commit is logged,
 rank 1 is SIGKILLed, and the log's times give the seconds from the kill to the
@@ -26,6 +29,7 @@ Writes reports/elastic.json and .md, naming the CPU.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -50,7 +54,7 @@ def define_flags():
                         "goes beside it (.md).")
     flags.DEFINE_list("run_flags", ["--epochs=2", "--max_steps_per_epoch=60", "--batch_size=128",
                                     "--log_every=0"], "hvd_mnist.main flags of every run.")
-    flags.DEFINE_integer("repeats", 3, "Runs of each variant, taking turns.", lower_bound=1)
+    flags.DEFINE_integer("repeats", 5, "Runs of each variant, taking turns.", lower_bound=1)
     flags.DEFINE_float("timeout", 900, "Seconds before a run counts as hung.")
 
 
@@ -68,8 +72,14 @@ def _hosts_env(out_dir: str) -> dict:
     return {"HVD_MNIST_HOSTS_FILE": hosts_file}
 
 
+def _fresh(model_dir: str) -> str:
+    """An empty model_dir: an earlier bench's files would be read as this run's."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+    return model_dir
+
+
 def throughput_run(name: str, variant: str, out_dir: str) -> dict:
-    model_dir = os.path.abspath(os.path.join(out_dir, name))
+    model_dir = _fresh(os.path.abspath(os.path.join(out_dir, name)))
     program = launch.python_module(
         "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
         f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS[variant])
@@ -81,7 +91,8 @@ def throughput_run(name: str, variant: str, out_dir: str) -> dict:
         raise SystemExit(f"bench: run {name} failed ({rc}); see {log_path}")
     summary = launch.read_summary(model_dir)
     figures = {"images_per_second": steady_state.images_per_second(
-        summary["timing"]["window_images_per_second"])}
+        summary["timing"]["window_images_per_second"]),
+        "training_images_per_second": summary["images_per_second"]}
     if "elastic" in summary:
         elastic = summary["elastic"]
         figures.update(commits=elastic["commits"], commit_seconds=elastic["commit_seconds"],
@@ -103,6 +114,9 @@ def throughput(out_dir: str) -> dict:
                               for v, rs in runs.items()},
         "medians": medians,
         "over_normal": {v: m["images_per_second"] / normal for v, m in medians.items()},
+        "training_over_normal": {
+            v: m["training_images_per_second"] / medians["normal"]["training_images_per_second"]
+            for v, m in medians.items()},
         # Share of the elastic runs' training seconds spent in commits.
         "commit_share": {v: m["commit_seconds"] / m["train_seconds"]
                          for v, m in medians.items() if "commit_seconds" in m},
@@ -131,7 +145,7 @@ def _wait(condition, log_dir: str, process, timeout: float = 300):
 
 
 def recovery(out_dir: str) -> dict:
-    model_dir = os.path.abspath(os.path.join(out_dir, "recovery"))
+    model_dir = _fresh(os.path.abspath(os.path.join(out_dir, "recovery")))
     log_dir = os.path.join(model_dir, "examples")
     program = launch.python_module(
         "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
@@ -176,14 +190,16 @@ def markdown(report: dict) -> str:
         rows.append([variant, tables.figure(t["medians"][variant]["images_per_second"]),
                      f"{tables.figure(min(rates))}-{tables.figure(max(rates))}",
                      tables.ratio(t["over_normal"][variant]),
+                     tables.figure(t["medians"][variant]["training_images_per_second"]),
+                     tables.ratio(t["training_over_normal"][variant]),
                      tables.MISSING if share is None else f"{100 * share:.1f}%"])
     return "\n".join([
         "# make bench-elastic", "",
         f"{report['started']}, {report['machine']}. Every run: -np 2, "
         f"`{' '.join(report['run_flags'])}`; {report['repeats']} runs of each, taking "
         "turns; medians (tools/bench/elastic.py says what each variant is).", "",
-        tables.markdown(["variant", "images/s", "lowest-highest", "over normal",
-                         "time in commits"], rows), "",
+        tables.markdown(["variant", "steady images/s", "lowest-highest", "over normal",
+                         "training images/s", "over normal", "time in commits"], rows), "",
         f"Recovery: rank 1 SIGKILLed after the first commit; the survivor's first step "
         f"{tables.figure(r['kill_to_first_step_seconds'])} s and first commit "
         f"{tables.figure(r['kill_to_first_commit_seconds'])} s after the kill, restarting "
