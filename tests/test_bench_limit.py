@@ -45,10 +45,7 @@ def _results():
             "runs": runs, "example": {"np1": {"images_per_second": 950.0}},
             "bfloat16_over_float32": {"np1": 1.75, "np2": 1.75},
             "time_to_accuracy": {"float32": {"training_seconds": 300.0, "epoch": 4,
-                                             "final_test_accuracy": 0.9912},
-                                 "mixed_float16": {"training_seconds": 4000.0, "epoch": 4,
-                                                   "final_test_accuracy": None,
-                                                   "estimate": True}}}
+                                             "final_test_accuracy": 0.9912}}}
 
 
 def test_the_report_names_the_models_cost_every_run_and_the_peak_fraction():
@@ -59,4 +56,3 @@ def test_the_report_names_the_models_cost_every_run_and_the_peak_fraction():
     assert "| Horovod's example, float32, np1 | 950 | 68.0 |  |" in text
     assert "bfloat16 over float32: np1 1.75×, np2 1.75×" in text
     assert "| float32 | 300 | 4 | 99.12% |" in text
-    assert "| mixed_float16 (estimate: float32's epochs at its rate) | 4000 | 4 | – |" in text

@@ -10,10 +10,7 @@ machine's cores can do at all.
      of 128 per worker): images/s, achieved GFLOP/s (images/s x training FLOPs per image)
      and its fraction of the peak of the dtype its layers compute in; Horovod's
      own example (float32) at the same -np, in the same run.
-  4. Time to 99.0% test accuracy at -np 2 (the seed recipe) in float32 and bfloat16.
-     float16 runs too slowly on CPUs (no float16 arithmetic units; TensorFlow converts
-     every op) for a full run here: its row gives the time its measured rate would need
-     for float32's epochs, marked as an estimate. Its throughput runs take SLOW_STEPS.
+  4. Time to 99.0% test accuracy at -np 2 in each precision (the seed recipe).
 
 `python -m tools.bench --parts=limit` runs this part alone (reports/bench_limit.json).
 """
@@ -26,8 +23,6 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The dtype a precision's convolutions and matmuls run in (its variables stay float32).
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                  "mixed_float16": "float16"}
-ACCURACY_PRECISIONS = ("float32", "mixed_bfloat16")
-SLOW_STEPS = 40  # the fewest that leave a window after the first (steady_state.py)
 MATMUL_SIZE = 2048
 CONV_BATCH = 128
 
@@ -73,9 +68,7 @@ def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
             name = f"{precision}_np{np_}"
             run = training_run.measure(
                 f"limit_{name}", np_, [f"--precision={precision}",
-                                      *training_paths.throughput_flags(
-                                          np_, SLOW_STEPS if precision == "mixed_float16"
-                                          else steps),
+                                      *training_paths.throughput_flags(np_, steps),
                                       *training_paths.QUIET], data_dir, out_dir,
                 timeout_seconds=1800)
             gflops = run["images_per_second"] * cost["training"] / 1e9
@@ -91,19 +84,12 @@ def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
         for np_ in nps}
     if accuracy:
         results["time_to_accuracy"] = time_to_accuracy(data_dir, out_dir)
-        if 2 in nps:
-            float32 = results["time_to_accuracy"]["float32"]
-            rate = results["runs"]["mixed_float16_np2"]["images_per_second"]
-            results["time_to_accuracy"]["mixed_float16"] = {
-                "training_seconds": (float32["epoch"] * 60_000 / rate
-                                     if float32["epoch"] else None),
-                "epoch": float32["epoch"], "final_test_accuracy": None, "estimate": True}
     return results
 
 
 def time_to_accuracy(data_dir: str, out_dir: str) -> dict:
     out = {}
-    for precision in ACCURACY_PRECISIONS:
+    for precision in PRECISIONS:
         run = training_run.measure(
             f"limit_accuracy_{precision}", 2,
             [f"--precision={precision}", f"--target_accuracy={training_paths.TARGET_ACCURACY}",
@@ -141,9 +127,7 @@ def table(results: dict) -> str:
         lines += ["", tables.markdown(
             [f"time to {training_paths.TARGET_ACCURACY:.1%} at -np 2", "training seconds",
              "epoch", "final test accuracy"],
-            [[p + (" (estimate: float32's epochs at its rate)" if a.get("estimate") else ""),
-              f(a["training_seconds"]), a["epoch"] or tables.MISSING,
-              tables.MISSING if a["final_test_accuracy"] is None
-              else f"{100 * a['final_test_accuracy']:.2f}%"]
+            [[p, f(a["training_seconds"]), a["epoch"] or tables.MISSING,
+              f"{100 * a['final_test_accuracy']:.2f}%"]
              for p, a in results["time_to_accuracy"].items()])]
     return "\n".join(lines)
