@@ -57,6 +57,8 @@ def define_flags():
                              message="--nps must be positive integers, e.g. 1,2,4")
     flags.DEFINE_integer("throughput_steps", training_paths.THROUGHPUT_STEPS,
                          "Steps of each part 2 run.", lower_bound=40)
+    flags.DEFINE_bool("limit_accuracy", True, "Part 6 also trains each precision to 99.0% "
+                      "at -np 2 (about 20 min on 2 cores).")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
                          "in part 5.", lower_bound=1)
 
@@ -101,7 +103,7 @@ def main(argv):
         levers.measure(results, args.data_dir, args.out_dir)
     if "limit" in args.parts:
         results["limit"] = limit.measure(nps, args.throughput_steps, args.data_dir,
-                                         args.idx_dir, args.out_dir)
+                                         args.idx_dir, args.out_dir, args.limit_accuracy)
     results["bench_seconds"] = time.perf_counter() - started
     write_reports(report_path(args.report, args.parts), results, args.versus_repeats)
 
