@@ -15,8 +15,9 @@ Parts, in this order:
   versus    5. hvd_mnist against Horovod's own example at each --nps (versus_example.py),
                then the step's and start-up levers (levers.py);
   limit     6. each --precision against the machine's measured peak: FLOPs per training
-               image, matmul and convolution peaks, achieved GFLOP/s at each --nps, and
-               time to 99.0% per precision (limit.py).
+               image, matmul and convolution peaks, where one step's time goes layer by
+               layer, achieved GFLOP/s at each --nps, and time to 99.0% per precision and
+               recipe, with its curves as a PNG beside the report (limit.py).
 Ratios measured in this run are set beside the baseline report's (baselines.py).
 Writes reports/bench.json and reports/bench.md (docs/performance.md summarises them); a run
 of some parts only writes reports/bench_<parts>.json and .md instead.
@@ -129,6 +130,10 @@ def write_reports(path: str, results: dict, versus_repeats: int) -> None:
                    levers.table(results["step_levers"], results["threads"]), ""]
     if "limit" in results:
         sections += [limit.table(results["limit"]), ""]
+        if "time_to_accuracy" in results["limit"]:
+            png = os.path.splitext(path)[0] + "_time_to_accuracy.png"
+            limit.plot_time_to_accuracy(results["limit"]["time_to_accuracy"], png)
+            sections += [f"The curves: {png}.", ""]
     markdown_path = os.path.splitext(path)[0] + ".md"
     with open(markdown_path, "w") as f:
         f.write("\n".join(sections))

@@ -6,18 +6,26 @@ machine's cores can do at all.
      model's own second convolution (a batch of 128, forward), in float32, bfloat16 and
      float16. The peak of a dtype is the higher of the two: a matmul is what the cores
      usually do fastest, but oneDNN's convolution kernels can beat it.
-  3. The custom loop in each precision at each -np (make bench's part 2 runs: 140 steps
+  3. Where one step's time goes in each precision, in this process (step_breakdown.py):
+     each layer's forward and backward pass, the loss and the optimizer apart, each
+     FLOP-bearing layer's GFLOP/s against the peak.
+  4. The custom loop in each precision at each -np (make bench's part 2 runs: 140 steps
      of 128 per worker): images/s, achieved GFLOP/s (images/s x training FLOPs per image)
      and its fraction of the peak of the dtype its layers compute in; Horovod's
      own example (float32) at the same -np, in the same run.
-  4. Time to 99.0% test accuracy at -np 2 in each precision (the seed recipe).
+  5. Time to 99.0% test accuracy at -np 2 in each precision, with the seed recipe and
+     with --recipe=fast.
+A precision whose step runs at under SKIP_BELOW of float32's in step 3 (float16 on CPUs:
+oneDNN has no fast float16 kernels for them) is left out of steps 4 and 5, with the
+reason in the report: on some CPUs its runs alone would take hours.
 
 `python -m tools.bench --parts=limit` runs this part alone (reports/bench_limit.json).
 """
 
 import time
 
-from tools.bench import flops, tables, training_paths, training_run, versus_example
+from tools.bench import (flops, step_breakdown, tables, training_paths, training_run,
+                         versus_example)
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The dtype a precision's convolutions and matmuls run in (its variables stay float32).
@@ -25,6 +33,8 @@ COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                  "mixed_float16": "float16"}
 MATMUL_SIZE = 2048
 CONV_BATCH = 128
+SKIP_BELOW = 0.25
+RECIPES = {"seed": [], "fast": ["--recipe=fast"]}
 
 
 def _rate(op, flops_per_call: float, seconds: float = 2.0) -> float:
@@ -57,14 +67,28 @@ def peaks() -> dict:
     return out
 
 
+def peak(results: dict, precision: str) -> float:
+    """The peak GFLOP/s of the dtype a precision computes in: matmul or convolution."""
+    return max(results["peak_gflops"][COMPUTE_DTYPE[precision]].values())
+
+
 def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
             accuracy: bool = True) -> dict:
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())
-    results = {"flops_per_image": cost, "peak_gflops": peaks(), "runs": {}, "example": {}}
+    results = {"flops_per_image": cost, "peak_gflops": peaks(), "breakdown": {},
+               "skipped": {}, "runs": {}, "example": {}}
+    for precision in PRECISIONS:
+        breakdown = step_breakdown.summarise(step_breakdown.measure(precision),
+                                             peak(results, precision))
+        results["breakdown"][precision] = breakdown
+        print(f"limit: {precision} step in one process: "
+              f"{breakdown['images_per_second']:.0f} images/s", flush=True)
+    results["skipped"] = too_slow(results["breakdown"])
+    measured = [p for p in PRECISIONS if p not in results["skipped"]]
     for np_ in nps:
         results["example"][f"np{np_}"] = versus_example.run_example(np_, out_dir, idx_dir)
-        for precision in PRECISIONS:
+        for precision in measured:
             name = f"{precision}_np{np_}"
             run = training_run.measure(
                 f"limit_{name}", np_, [f"--precision={precision}",
@@ -72,34 +96,80 @@ def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
                                       *training_paths.QUIET], data_dir, out_dir,
                 timeout_seconds=1800)
             gflops = run["images_per_second"] * cost["training"] / 1e9
-            peak = max(results["peak_gflops"][COMPUTE_DTYPE[precision]].values())
             results["runs"][name] = {"np": np_, "precision": precision,
                                      "images_per_second": run["images_per_second"],
-                                     "gflops": gflops, "fraction_of_peak": gflops / peak}
+                                     "gflops": gflops,
+                                     "fraction_of_peak": gflops / peak(results, precision)}
             print(f"limit: {name}: {run['images_per_second']:.0f} images/s, {gflops:.0f} "
-                  f"GFLOP/s, {gflops / peak:.0%} of the peak", flush=True)
-    results["bfloat16_over_float32"] = {
-        f"np{np_}": (results["runs"][f"mixed_bfloat16_np{np_}"]["images_per_second"]
-                     / results["runs"][f"float32_np{np_}"]["images_per_second"])
-        for np_ in nps}
+                  f"GFLOP/s, {gflops / peak(results, precision):.0%} of the peak", flush=True)
+    if "mixed_bfloat16" in measured:
+        results["bfloat16_over_float32"] = {
+            f"np{np_}": (results["runs"][f"mixed_bfloat16_np{np_}"]["images_per_second"]
+                         / results["runs"][f"float32_np{np_}"]["images_per_second"])
+            for np_ in nps}
     if accuracy:
-        results["time_to_accuracy"] = time_to_accuracy(data_dir, out_dir)
+        results["time_to_accuracy"] = time_to_accuracy(measured, data_dir, out_dir)
     return results
 
 
-def time_to_accuracy(data_dir: str, out_dir: str) -> dict:
+def plot_time_to_accuracy(time_to_accuracy: dict, out_path: str) -> None:
+    from tools.bench import plot
+    target = training_paths.TARGET_ACCURACY
+    plot.accuracy_over_time({name: result["curve"] for name, result in time_to_accuracy.items()},
+                            out_path, f"time to {target:.1%} test accuracy at -np 2", target)
+
+
+def too_slow(breakdowns: dict) -> dict:
+    """{precision: why it is not run under Horovod} for each precision whose step ran at
+    under SKIP_BELOW of float32's in one process."""
+    float32_rate = breakdowns["float32"]["images_per_second"]
     out = {}
-    for precision in PRECISIONS:
-        run = training_run.measure(
-            f"limit_accuracy_{precision}", 2,
-            [f"--precision={precision}", f"--target_accuracy={training_paths.TARGET_ACCURACY}",
-             *training_paths.QUIET], data_dir, out_dir, timeout_seconds=3600)
-        seconds, epoch = training_paths.seconds_to_accuracy(run["summary"])
-        out[precision] = {"training_seconds": seconds, "epoch": epoch,
-                          "final_test_accuracy": run["summary"]["test_accuracy"]}
-        print(f"limit: time to {training_paths.TARGET_ACCURACY:.1%} at -np 2, {precision}: "
-              f"{seconds} s (epoch {epoch})", flush=True)
+    for precision, breakdown in breakdowns.items():
+        ratio = breakdown["images_per_second"] / float32_rate
+        if ratio < SKIP_BELOW:
+            out[precision] = (f"not run under Horovod: its step ran at {ratio:.2f}x "
+                              "float32's in one process")
     return out
+
+
+def time_to_accuracy(precisions: list, data_dir: str, out_dir: str) -> dict:
+    """{"<recipe>_<precision>": training seconds to 99.0% at -np 2, ...}; and each one's
+    ratio to the seed recipe in float32, this run's reference."""
+    out = {}
+    for recipe, recipe_flags in RECIPES.items():
+        for precision in precisions:
+            name = f"{recipe}_{precision}"
+            run = training_run.measure(
+                f"limit_accuracy_{name}", 2,
+                [*recipe_flags, f"--precision={precision}",
+                 f"--target_accuracy={training_paths.TARGET_ACCURACY}",
+                 *training_paths.QUIET], data_dir, out_dir, timeout_seconds=3600)
+            seconds, epoch = training_paths.seconds_to_accuracy(run["summary"])
+            out[name] = {"recipe": recipe, "precision": precision, "flags": run["flags"],
+                         "training_seconds": seconds, "epoch": epoch,
+                         "final_test_accuracy": run["summary"]["test_accuracy"],
+                         "curve": accuracy_curve(run["summary"])}
+            print(f"limit: time to {training_paths.TARGET_ACCURACY:.1%} at -np 2, {name}: "
+                  f"{seconds} s (epoch {epoch})", flush=True)
+    reference = out["seed_float32"]["training_seconds"]
+    for result in out.values():
+        seconds = result["training_seconds"]
+        result["over_seed_float32"] = (seconds / reference if seconds and reference
+                                       else None)
+    return out
+
+
+def accuracy_curve(summary: dict) -> list:
+    """[(training seconds so far, test accuracy)] after each epoch."""
+    elapsed, curve = 0.0, []
+    for record in summary["history"]:
+        elapsed += record["train_seconds"]
+        curve.append((elapsed, record["test_accuracy"]))
+    return curve
+
+
+def percent(fraction) -> str:
+    return tables.MISSING if fraction is None else f"{100 * fraction:.0f}%"
 
 
 def table(results: dict) -> str:
@@ -113,21 +183,64 @@ def table(results: dict) -> str:
                               "the model's convolution GFLOP/s"],
                              [[dtype, f(p["matmul"]), f(p["conv"])]
                               for dtype, p in results["peak_gflops"].items()]), ""]
+    lines += [breakdown_table(results["breakdown"], cost["training"]), ""]
     rows = []
     for name, run in results["runs"].items():
         rows.append([name, f(run["images_per_second"]), f(run["gflops"]),
-                     f"{100 * run['fraction_of_peak']:.0f}%"])
+                     percent(run["fraction_of_peak"])])
+    for precision, reason in results["skipped"].items():
+        rows.append([precision, tables.MISSING, tables.MISSING, reason])
     for name, example in results["example"].items():
         rows.append([f"Horovod's example, float32, {name}", f(example["images_per_second"]),
                      f(example["images_per_second"] * cost["training"] / 1e9), ""])
     lines += [tables.markdown(["custom loop", "images/s", "GFLOP/s",
-                               "of its dtype's peak"], rows), "",
-              "bfloat16 over float32: " + tables.named_ratios(results["bfloat16_over_float32"])]
+                               "of its dtype's peak"], rows)]
+    if "bfloat16_over_float32" in results:
+        lines += ["", "bfloat16 over float32: "
+                  + tables.named_ratios(results["bfloat16_over_float32"])]
     if "time_to_accuracy" in results:
         lines += ["", tables.markdown(
             [f"time to {training_paths.TARGET_ACCURACY:.1%} at -np 2", "training seconds",
-             "epoch", "final test accuracy"],
-            [[p, f(a["training_seconds"]), a["epoch"] or tables.MISSING,
-              f"{100 * a['final_test_accuracy']:.2f}%"]
-             for p, a in results["time_to_accuracy"].items()])]
+             "over the seed in float32", "epoch", "test accuracy after each epoch"],
+            [[name, f(a["training_seconds"]), tables.ratio(a["over_seed_float32"]),
+              a["epoch"] or tables.MISSING,
+              ", ".join(f"{100 * accuracy:.2f}%" for _, accuracy in a["curve"])]
+             for name, a in results["time_to_accuracy"].items()])]
     return "\n".join(lines)
+
+
+def breakdown_table(breakdowns: dict, training_flops: float) -> str:
+    """Step 3: one column pair (share of the step, GFLOP/s and share of the peak) per
+    precision, one row per piece."""
+    f = tables.figure
+    precisions = list(breakdowns)
+    header = ["one step of 128 in one process"]
+    for precision in precisions:
+        header += [f"{precision}: ms", "share of the step", "GFLOP/s (of peak)"]
+    rows = []
+    for index, piece in enumerate(breakdowns[precisions[0]]["pieces"]):
+        row = [piece["name"]]
+        for precision in precisions:
+            p = breakdowns[precision]["pieces"][index]
+            gflops = (f"{f(p['gflops'])} ({percent(p['fraction_of_peak'])})"
+                      if p["gflops"] else "")
+            row += [f(1e3 * p["seconds"]), percent(p["share_of_step"]), gflops]
+        rows.append(row)
+    for label, key in (("the pieces, each timed alone, added up", "pieces_seconds"),
+                       ("the whole step", "step")):
+        row = [label]
+        for precision in precisions:
+            b = breakdowns[precision]
+            share = b[key] / b["step"]
+            gflops = ""
+            if key == "step":
+                achieved = b["images_per_second"] * training_flops / 1e9
+                gflops = f"{f(achieved)} ({percent(achieved / b['peak_gflops'])})"
+            row += [f(1e3 * b[key]), percent(share), gflops]
+        rows.append(row)
+    shares = ", ".join(f"{precision} {percent(b['flop_bearing_share'])}"
+                       for precision, b in breakdowns.items())
+    return (tables.markdown(header, rows) + "\n\nTimed alone, each piece also pays its own "
+            "dispatch, so the pieces add up to more than the step. Share of the step in the "
+            f"layers that do the FLOPs (convolutions and dense layers, forward and backward): "
+            f"{shares}.")

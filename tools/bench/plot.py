@@ -4,6 +4,9 @@
     python -m tools.bench.plot --out=reports/parity.png reports/parity.json
     python -m tools.bench.plot --out=both.png runs/a/summary.json runs/b/summary.json
 
+make bench also draws, with accuracy_over_time, test accuracy against training seconds of
+its time-to-99% runs (reports/bench_time_to_accuracy.png).
+
 Each input is a run's summary.json, or a parity report (reports/parity.json from
 `make parity`), which holds the summaries of both of its runs. One line per run,
 labelled by training path and number of workers (-np), plus the file name where
@@ -71,6 +74,29 @@ def plot(runs, out_path: str, title: str) -> None:
         axes.xaxis.get_major_locator().set_params(integer=True)
         axes.legend()
     figure.suptitle(title)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+    figure.savefig(out_path, dpi=100)
+    plt.close(figure)
+
+
+def accuracy_over_time(curves: dict, out_path: str, title: str, target: float) -> None:
+    """Test accuracy after each epoch against the training seconds so far (evaluation
+    excluded), one line per run: {label: [(seconds, accuracy)]}; the target as a line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for index, (label, curve) in enumerate(curves.items()):
+        axes.plot([seconds for seconds, _ in curve], [100 * accuracy for _, accuracy in curve],
+                  linestyle=LINE_STYLES[index % len(LINE_STYLES)],
+                  marker=MARKERS[index % len(MARKERS)], label=label)
+    axes.axhline(100 * target, color="grey", linewidth=1)
+    axes.set(xlabel="training seconds (evaluation excluded)",
+             ylabel="test accuracy (%) after each epoch", title=title)
+    axes.grid(alpha=0.3)
+    axes.legend()
     figure.tight_layout()
     os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
     figure.savefig(out_path, dpi=100)

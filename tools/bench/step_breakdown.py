@@ -1,0 +1,132 @@
+"""Where one training step's time goes, per precision: each layer's forward and backward
+pass, the loss, and the optimizer's update, timed apart in this process on every core,
+no Horovod, a synthetic batch of 128.
+
+Part of make bench's "limit" (limit.py). The step's GFLOP/s over the whole step says how
+far it is from the machine's peak; this says why. Each layer runs on an input of the
+shape and dtype it sees in the model: forward (training=True, so dropout draws its mask),
+then the gradients a training step takes through it (its weights', and its input's for
+every layer but the first), driven by a fixed random upstream gradient; the last layer
+carries the loss instead. The optimizer (Adadelta, the seed recipe's) applies fixed
+gradients to the float32 variables. Each piece timed alone pays its own dispatch, which
+the step pays once, so the pieces add up to more than the step.
+
+A float16 step runs without loss scaling here: the scaling multiplies a scalar and the
+gradients, and is timed with the optimizer in the trainers.
+"""
+
+import time
+
+from tools.bench import flops
+
+BATCH = 128
+
+
+def seconds_per_call(function, min_seconds: float, min_calls: int = 3) -> float:
+    """Wall seconds of one call of a tf.function, after two warm-up calls (tracing)."""
+    for _ in range(2):
+        _fetch(function())
+    calls, start = 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - start < min_seconds:
+        result = function()
+        calls += 1
+    _fetch(result)
+    return (time.perf_counter() - start) / calls
+
+
+def _fetch(result) -> None:
+    """Waits for a call's outputs (eager execution may return before the work is done)."""
+    import tensorflow as tf
+    for tensor in tf.nest.flatten(result):
+        tensor.numpy()
+
+
+def measure(precision: str, min_seconds: float = 1.0) -> dict:
+    """{"step": seconds per batch, "pieces": [{name, seconds, training_flops}], ...}."""
+    import tensorflow as tf
+    from hvd_mnist.process import keras_compat
+    from hvd_mnist.training import model as model_lib
+
+    tf.keras.utils.set_random_seed(0)
+    model = model_lib.build_model(precision=precision)
+    optimizer = model_lib.make_optimizer("adadelta", 1.0)
+    variables = keras_compat.tf_variables(model.trainable_variables)
+    optimizer.build(model.trainable_variables)
+    loss_fn = model_lib.make_loss()
+    images = tf.random.uniform([BATCH, *model_lib.INPUT_SHAPE])
+    labels = tf.random.uniform([BATCH], maxval=model_lib.NUM_CLASSES, dtype=tf.int64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        gradients = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    pieces = []
+    layer_input = images
+    for index, layer in enumerate(model.layers):
+        output = layer(layer_input, training=True)
+        is_last = index == len(model.layers) - 1
+        layer_flops = flops.layer_forward_flops(layer) * (2 if index == 0 else 3)
+        pieces.append({"name": describe(layer) + (" and the loss" if is_last else ""),
+                       "kind": type(layer).__name__, "training_flops": layer_flops,
+                       "seconds": seconds_per_call(_layer_pass(
+                           layer, layer_input, output, labels if is_last else None, loss_fn,
+                           needs_input_gradient=index > 0), min_seconds)})
+        layer_input = output
+
+    gradients = [tf.random.normal(v.shape) * 1e-3 for v in variables]
+    pieces.append({"name": "optimizer update (Adadelta)", "kind": "optimizer",
+                   "training_flops": 0, "seconds": seconds_per_call(tf.function(
+                       lambda: optimizer.apply_gradients(
+                           zip(gradients, model.trainable_variables))), min_seconds)})
+    return {"precision": precision, "batch": BATCH, "step": seconds_per_call(step, min_seconds),
+            "pieces": pieces}
+
+
+def describe(layer) -> str:
+    """Conv2D(64), Dense(10), Dropout: the layer's kind and width (its name depends on how
+    many models the process built before)."""
+    kind = type(layer).__name__
+    width = getattr(layer, "filters", None) or getattr(layer, "units", None)
+    return f"{kind}({width})" if width else kind
+
+
+def _layer_pass(layer, layer_input, output, labels, loss_fn, needs_input_gradient: bool):
+    """A tf.function: the layer's forward and its share of the backward pass."""
+    import tensorflow as tf
+    from hvd_mnist.process import keras_compat
+
+    weights = keras_compat.tf_variables(layer.trainable_variables)
+    upstream = tf.random.normal(output.shape, dtype=tf.float32)
+
+    @tf.function
+    def layer_pass():
+        with tf.GradientTape() as tape:
+            tape.watch(layer_input)
+            result = layer(layer_input, training=True)
+            if labels is not None:
+                objective = loss_fn(labels, result)
+            else:
+                objective = tf.reduce_sum(tf.cast(result, tf.float32) * upstream)
+        targets = ([layer_input] if needs_input_gradient else []) + weights
+        return tape.gradient(objective, targets) if targets else [objective]
+    return layer_pass
+
+
+def summarise(breakdown: dict, peak_gflops: float) -> dict:
+    """Adds each piece's share of the step and GFLOP/s (of the peak), and their sum."""
+    step = breakdown["step"]
+    breakdown["peak_gflops"] = peak_gflops
+    for piece in breakdown["pieces"]:
+        piece["share_of_step"] = piece["seconds"] / step
+        gflops = BATCH * piece["training_flops"] / piece["seconds"] / 1e9
+        piece["gflops"] = gflops if piece["training_flops"] else None
+        piece["fraction_of_peak"] = gflops / peak_gflops if piece["training_flops"] else None
+    breakdown["pieces_seconds"] = sum(p["seconds"] for p in breakdown["pieces"])
+    breakdown["images_per_second"] = BATCH / step
+    flop_bearing = [p for p in breakdown["pieces"] if p["training_flops"]]
+    breakdown["flop_bearing_share"] = sum(p["seconds"] for p in flop_bearing) / step
+    return breakdown
