@@ -65,7 +65,7 @@ def define_flags():
 
     flags.DEFINE_enum("recipe", "seed", list(config_lib.RECIPES),
                       "seed: Horovod's Keras example (Adadelta 1.0 x workers, 12 epochs). fast: "
-                      "Adam with warm-up and linear decay, fewer epochs (docs/usage.md). "
+                      "Adam with warm-up and linear decay, 2 epochs, no dropout (docs/usage.md). "
                       "Flags given explicitly override the recipe's values.")
     flags.DEFINE_enum("lr_schedule", "constant", list(config_lib.LR_SCHEDULES),
                       "constant, or warmup_linear: linear warm-up over --warmup_epochs, then "
