@@ -103,7 +103,7 @@ def cpuinfo(tmp_path, flags):
 
 def test_bfloat16_without_bfloat16_instructions_warns_in_one_line(tmp_path):
     path = cpuinfo(tmp_path, "avx512f")
-    assert precision.emulation_warning("mixed_bfloat16", False, path) == (
+    assert precision.cpu_warning("mixed_bfloat16", False, path) == (
         f"warning: this CPU has no bfloat16 instructions (neither avx512_bf16 nor amx_bf16 in "
         f"{path}): --precision=mixed_bfloat16 is emulated here, converting to and from "
         "float32 around every operation, and runs slower than --precision=float32")
@@ -113,13 +113,21 @@ def test_bfloat16_without_bfloat16_instructions_warns_in_one_line(tmp_path):
     ("mixed_bfloat16", "avx512f avx512_bf16", False),  # AVX-512 with BF16 (this EPYC)
     ("mixed_bfloat16", "amx_bf16 amx_tile", False),  # a Xeon with AMX
     ("mixed_bfloat16", "", True),  # a GPU computes it
-    ("float32", "", False), ("mixed_float16", "", False)])
-def test_no_warning_where_bfloat16_is_not_emulated(tmp_path, name, flags, has_gpu):
-    assert precision.emulation_warning(name, has_gpu, cpuinfo(tmp_path, flags)) == ""
+    ("float32", "", False), ("mixed_float16", "", True)])
+def test_no_warning_where_the_precision_runs_in_hardware(tmp_path, name, flags, has_gpu):
+    assert precision.cpu_warning(name, has_gpu, cpuinfo(tmp_path, flags)) == ""
+
+
+@pytest.mark.parametrize("flags", ["avx2", "avx512f avx512_fp16 amx_bf16"])
+def test_float16_on_any_cpu_warns_in_one_line(tmp_path, flags):
+    assert precision.cpu_warning("mixed_float16", False, cpuinfo(tmp_path, flags)) == (
+        "warning: no GPU is visible and TensorFlow's CPU kernels have no fast float16 path: "
+        "--precision=mixed_float16 runs many times slower than --precision=float32 here "
+        "(docs/precision.md)")
 
 
 def test_no_warning_where_cpuinfo_says_nothing(tmp_path):
-    assert precision.emulation_warning("mixed_bfloat16", False, str(tmp_path / "none")) == ""
+    assert precision.cpu_warning("mixed_bfloat16", False, str(tmp_path / "none")) == ""
 
 
 def test_the_start_line_says_what_crosses_the_network():

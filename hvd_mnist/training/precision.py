@@ -76,11 +76,17 @@ def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set:
     return set()
 
 
-def emulation_warning(precision: str, has_gpu: bool,
-                      cpuinfo_path: str = "/proc/cpuinfo") -> str:
-    """One line when bfloat16 will run on a CPU without bfloat16 instructions ("" otherwise)."""
-    if precision != "mixed_bfloat16" or has_gpu:
+def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """One line where the precision will run slower than float32 on this CPU ("" otherwise):
+    bfloat16 without bfloat16 instructions, and float16 on any CPU."""
+    if has_gpu or precision == "float32":
         return ""
+    if precision == "mixed_float16":
+        # Not a matter of the CPU's flags: on a Xeon with AVX512-FP16 too, oneDNN ran the
+        # float16 convolutions' backward pass in its reference kernels (docs/precision.md).
+        return ("warning: no GPU is visible and TensorFlow's CPU kernels have no fast "
+                "float16 path: --precision=mixed_float16 runs many times slower than "
+                "--precision=float32 here (docs/precision.md)")
     flags = cpu_flags(cpuinfo_path)
     if not flags or flags & set(BFLOAT16_CPU_FLAGS):
         return ""  # not Linux's cpuinfo (say, not x86): nothing known to warn about
