@@ -27,9 +27,17 @@ def layer_forward_flops(layer) -> int:
     return 0
 
 
+def describe(layer) -> str:
+    """Conv2D(64), Dense(10), Dropout: the layer's kind and width. Its Keras name would
+    depend on how many models the process built before."""
+    kind = type(layer).__name__
+    width = getattr(layer, "filters", None) or getattr(layer, "units", None)
+    return f"{kind}({width})" if width else kind
+
+
 def per_layer(model) -> list:
-    """[(layer name, forward FLOPs per image)] of the layers that cost any."""
-    return [(layer.name, flops) for layer in model.layers
+    """[(layer, forward FLOPs per image)] of the layers that cost any."""
+    return [(describe(layer), flops) for layer in model.layers
             if (flops := layer_forward_flops(layer))]
 
 

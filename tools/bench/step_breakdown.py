@@ -70,7 +70,7 @@ def measure(precision: str, min_seconds: float = 1.0) -> dict:
         output = layer(layer_input, training=True)
         is_last = index == len(model.layers) - 1
         layer_flops = flops.layer_forward_flops(layer) * (2 if index == 0 else 3)
-        pieces.append({"name": describe(layer) + (" and the loss" if is_last else ""),
+        pieces.append({"name": flops.describe(layer) + (" and the loss" if is_last else ""),
                        "kind": type(layer).__name__, "training_flops": layer_flops,
                        "seconds": seconds_per_call(_layer_pass(
                            layer, layer_input, output, labels if is_last else None, loss_fn,
@@ -84,14 +84,6 @@ def measure(precision: str, min_seconds: float = 1.0) -> dict:
                            zip(gradients, model.trainable_variables))), min_seconds)})
     return {"precision": precision, "batch": BATCH, "step": seconds_per_call(step, min_seconds),
             "pieces": pieces}
-
-
-def describe(layer) -> str:
-    """Conv2D(64), Dense(10), Dropout: the layer's kind and width (its name depends on how
-    many models the process built before)."""
-    kind = type(layer).__name__
-    width = getattr(layer, "filters", None) or getattr(layer, "units", None)
-    return f"{kind}({width})" if width else kind
 
 
 def _layer_pass(layer, layer_input, output, labels, loss_fn, needs_input_gradient: bool):
