@@ -27,6 +27,12 @@ def layer_forward_flops(layer) -> int:
     return 0
 
 
+def layer_training_flops(layer, first: bool) -> int:
+    """One layer's forward, its weights' gradient and (but for the first layer, whose input
+    is the images) its input's gradient, each as many FLOPs as the forward."""
+    return layer_forward_flops(layer) * (2 if first else 3)
+
+
 def describe(layer) -> str:
     """Conv2D(64), Dense(10), Dropout: the layer's kind and width. Its Keras name would
     depend on how many models the process built before."""
@@ -43,8 +49,8 @@ def per_layer(model) -> list:
 
 def training_flops_per_image(model) -> dict:
     layers = per_layer(model)
-    forward = sum(flops for _, flops in layers)
-    weight_gradients = forward
-    input_gradients = forward - layers[0][1]
-    return {"forward": forward, "training": forward + weight_gradients + input_gradients,
+    first = next(layer for layer in model.layers if layer_forward_flops(layer))
+    training = sum(layer_training_flops(layer, first=layer is first)
+                   for layer in model.layers if layer_forward_flops(layer))
+    return {"forward": sum(flops for _, flops in layers), "training": training,
             "per_layer_forward": dict(layers)}

@@ -69,17 +69,15 @@ def measure(precision: str, min_seconds: float = 1.0) -> dict:
     for index, layer in enumerate(model.layers):
         output = layer(layer_input, training=True)
         is_last = index == len(model.layers) - 1
-        layer_flops = flops.layer_forward_flops(layer) * (2 if index == 0 else 3)
         pieces.append({"name": flops.describe(layer) + (" and the loss" if is_last else ""),
-                       "kind": type(layer).__name__, "training_flops": layer_flops,
+                       "training_flops": flops.layer_training_flops(layer, first=index == 0),
                        "seconds": seconds_per_call(_layer_pass(
                            layer, layer_input, output, labels if is_last else None, loss_fn,
                            needs_input_gradient=index > 0), min_seconds)})
         layer_input = output
 
     gradients = [tf.random.normal(v.shape) * 1e-3 for v in variables]
-    pieces.append({"name": "optimizer update (Adadelta)", "kind": "optimizer",
-                   "training_flops": 0, "seconds": seconds_per_call(tf.function(
+    pieces.append({"name": "optimizer update (Adadelta)", "training_flops": 0, "seconds": seconds_per_call(tf.function(
                        lambda: optimizer.apply_gradients(
                            zip(gradients, model.trainable_variables))), min_seconds)})
     return {"precision": precision, "batch": BATCH, "step": seconds_per_call(step, min_seconds),
