@@ -24,11 +24,16 @@ leave out what happens between them, which is not the same on the two paths.
 Recovery: one elastic run at -np 2 with --example_log; once its first commit is logged,
 rank 1 is SIGKILLed, and the log's times give the seconds from the kill to the
 survivor's first step and first commit after its restart, and where it restarted.
+Discovery: the CPU seconds of one call of tools/discover_hosts.sh made the way
+horovodrun's elastic driver makes it, about once a second for the whole job (Horovod
+0.28.1 unpatched spent 0.33 s of CPU a call on a middleman interpreter; BUILD_NOTES.md).
 Writes reports/elastic.json and .md, naming the CPU.
 """
 
 import json
 import os
+import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -76,6 +81,26 @@ def _fresh(model_dir: str) -> str:
     """An empty model_dir: an earlier bench's files would be read as this run's."""
     shutil.rmtree(model_dir, ignore_errors=True)
     return model_dir
+
+
+def discovery_cpu_seconds(hosts_file: str, calls: int = 5) -> float:
+    """CPU seconds (children's included) of one discovery call, made as the elastic
+    driver makes it: horovod.runner.elastic.discovery.HostDiscoveryScript runs the
+    command through the shell."""
+    from horovod.runner.elastic.discovery import HostDiscoveryScript
+    discovery = HostDiscoveryScript(f"HVD_MNIST_HOSTS_FILE={shlex.quote(hosts_file)} "
+                                    f"{shlex.quote(DISCOVER)}", slots=1)
+
+    def cpu_seconds():
+        own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                              resource.RUSAGE_CHILDREN))
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    discovery.find_available_hosts_and_slots()  # imports done before the clock starts
+    start = cpu_seconds()
+    for _ in range(calls):
+        discovery.find_available_hosts_and_slots()
+    return (cpu_seconds() - start) / calls
 
 
 def throughput_run(name: str, variant: str, out_dir: str) -> dict:
@@ -204,7 +229,9 @@ def markdown(report: dict) -> str:
         f"{tables.figure(r['kill_to_first_step_seconds'])} s and first commit "
         f"{tables.figure(r['kill_to_first_commit_seconds'])} s after the kill, restarting "
         f"at epoch {r['restarted_at']['epoch']}, example {r['restarted_at']['position']}, "
-        f"on {r['restarted_at']['workers']} worker(s).", ""])
+        f"on {r['restarted_at']['workers']} worker(s).", "",
+        f"Discovery: one call of tools/discover_hosts.sh the elastic driver's way (about one "
+        f"a second) took {report['discovery_cpu_seconds']:.3f} s of CPU.", ""])
 
 
 def main(argv):
@@ -213,6 +240,8 @@ def main(argv):
     os.makedirs(out_dir, exist_ok=True)
     report = {"started": machine.now(), "machine": machine.description(),
               "run_flags": FLAGS.run_flags, "repeats": FLAGS.repeats,
+              "discovery_cpu_seconds": discovery_cpu_seconds(
+                  _hosts_env(out_dir)["HVD_MNIST_HOSTS_FILE"]),
               "throughput": throughput(out_dir), "recovery": recovery(out_dir)}
     with open(FLAGS.report, "w") as f:
         json.dump(report, f, indent=2)
