@@ -4,7 +4,7 @@ that sets each precision's rate beside the machine's peak."""
 import tensorflow as tf
 
 from hvd_mnist.training import model as model_lib
-from tools.bench import flops, limit, step_breakdown
+from tools.bench import flops, limit, step_breakdown, training_paths
 
 
 def test_training_costs_forward_plus_both_gradients_except_the_images_gradient():
@@ -59,6 +59,25 @@ def test_a_precision_far_slower_than_float32_is_not_run_under_horovod():
                   "mixed_float16": _breakdown("mixed_float16", 4000.0, 3000.0, 300.0)}
     assert limit.too_slow(breakdowns) == {"mixed_float16": "not run under Horovod: its "
                                           "step ran at 0.01x float32's in one process"}
+
+
+def test_the_float32_runs_of_part_3_are_not_run_again(monkeypatch):
+    run = []
+
+    def accuracy_run(name, run_flags, data_dir, out_dir, timeout_seconds):
+        run.append(name)
+        return {"flags": run_flags, "training_seconds": 30.0, "epoch": 2,
+                "final_test_accuracy": 0.991, "curve": [(15.0, 0.98), (30.0, 0.991)]}
+
+    monkeypatch.setattr(training_paths, "accuracy_run", accuracy_run)
+    part_3 = {name: {"flags": [], "training_seconds": seconds, "epoch": 3,
+                     "final_test_accuracy": 0.992, "curve": [(seconds, 0.992)]}
+              for name, seconds in [("seed_custom", 120.0), ("seed_keras", 125.0),
+                                    ("fast_custom", 60.0)]}
+    out = limit.time_to_accuracy(["float32", "mixed_bfloat16"], "data", "out", part_3)
+    assert run == ["limit_accuracy_seed_mixed_bfloat16", "limit_accuracy_fast_mixed_bfloat16"]
+    assert out["fast_float32"]["over_seed_float32"] == 0.5
+    assert out["seed_mixed_bfloat16"]["over_seed_float32"] == 0.25
 
 
 def test_each_layer_of_the_real_step_is_timed_with_its_training_flops():

@@ -17,7 +17,8 @@ Parts, in this order:
   limit     6. each --precision against the machine's measured peak: FLOPs per training
                image, matmul and convolution peaks, where one step's time goes layer by
                layer, achieved GFLOP/s at each --nps, and time to 99.0% per precision and
-               recipe, with its curves as a PNG beside the report (limit.py).
+               recipe, with its curves as a PNG beside the report (limit.py); the
+               float32 runs of part 3, when it ran, are taken, not run again.
 Ratios measured in this run are set beside the baseline report's (baselines.py).
 Writes reports/bench.json and reports/bench.md (docs/performance.md summarises them); a run
 of some parts only writes reports/bench_<parts>.json and .md instead.
@@ -104,7 +105,8 @@ def main(argv):
         levers.measure(results, args.data_dir, args.out_dir)
     if "limit" in args.parts:
         results["limit"] = limit.measure(nps, args.throughput_steps, args.data_dir,
-                                         args.idx_dir, args.out_dir, args.limit_accuracy)
+                                         args.idx_dir, args.out_dir, args.limit_accuracy,
+                                         results.get("time_to_accuracy"))
     results["bench_seconds"] = time.perf_counter() - started
     write_reports(report_path(args.report, args.parts), results, args.versus_repeats)
 

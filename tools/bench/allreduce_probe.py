@@ -15,7 +15,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist.process import runtime
-from hvd_mnist.training import model as model_lib
+from tools.bench import synthetic_step
 
 BATCH, WARMUP, REPEATS = 128, 3, 15
 
@@ -35,18 +35,11 @@ def median_seconds(fn) -> float:
 def main():
     hvd.init()
     runtime.configure_threads(1)
-    model = model_lib.build_model(dropout=True)
-    loss_fn, optimizer = model_lib.make_loss(), model_lib.make_optimizer("adadelta", 1.0)
-    images = tf.random.uniform([BATCH, *model_lib.INPUT_SHAPE])
-    labels = tf.random.uniform([BATCH], 0, 10, tf.int64)
+    training = synthetic_step.build(BATCH)
+    step = training.step_function()
 
-    @tf.function
     def local_step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return gradients
+        return step()[1]
 
     gradients = local_step()
     result = {"gradient_bytes": sum(g.numpy().nbytes for g in gradients),

@@ -27,30 +27,13 @@ def use_every_core() -> None:
 def plain_tf_images_per_second(batch_size: int, windows: int = 7) -> float:
     """The same model and optimizer in one process, no Horovod, synthetic batches, counted
     in the trainers' windows."""
-    import tensorflow as tf
-    from hvd_mnist.training import model as model_lib
-
-    tf.keras.utils.set_random_seed(0)
-    model = model_lib.build_model()
-    optimizer = model_lib.make_optimizer("adadelta", 1.0)
-    optimizer.build(model.trainable_variables)
-    loss_fn = model_lib.make_loss()
-    images = tf.random.uniform([batch_size, *model_lib.INPUT_SHAPE])
-    labels = tf.random.uniform([batch_size], maxval=10, dtype=tf.int64)
-
-    @tf.function
-    def step(images, labels):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                      model.trainable_variables))
-        return loss
-
+    from tools.bench import synthetic_step
+    step = synthetic_step.build(batch_size).step_function()
     rates = []
     for _ in range(windows):
         start = time.perf_counter()
         for _ in range(WINDOW_STEPS):
-            loss = step(images, labels)
+            loss, _ = step()
         float(loss)
         rates.append(WINDOW_STEPS * batch_size / (time.perf_counter() - start))
     return steady_state.images_per_second(rates)

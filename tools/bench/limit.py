@@ -22,8 +22,6 @@ reason in the report: on some CPUs its runs alone would take hours.
 `python -m tools.bench --parts=limit` runs this part alone (reports/bench_limit.json).
 """
 
-import time
-
 from tools.bench import (flops, step_breakdown, tables, training_paths, training_run,
                          versus_example)
 
@@ -38,14 +36,8 @@ RECIPES = {"seed": [], "fast": ["--recipe=fast"]}
 
 
 def _rate(op, flops_per_call: float, seconds: float = 2.0) -> float:
-    """GFLOP/s of op() after a warm-up call, over at least `seconds`."""
-    op().numpy()
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        result = op()
-        calls += 1
-    result.numpy()
-    return calls * flops_per_call / (time.perf_counter() - start) / 1e9
+    """GFLOP/s of op() after its warm-up calls, over at least `seconds`."""
+    return flops_per_call / step_breakdown.seconds_per_call(op, seconds) / 1e9
 
 
 def peaks() -> dict:
@@ -73,7 +65,7 @@ def peak(results: dict, precision: str) -> float:
 
 
 def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
-            accuracy: bool = True) -> dict:
+            accuracy: bool = True, float32_accuracy_runs: dict | None = None) -> dict:
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())
     results = {"flops_per_image": cost, "peak_gflops": peaks(), "breakdown": {},
@@ -108,7 +100,8 @@ def measure(nps: list, steps: int, data_dir: str, idx_dir: str, out_dir: str,
                          / results["runs"][f"float32_np{np_}"]["images_per_second"])
             for np_ in nps}
     if accuracy:
-        results["time_to_accuracy"] = time_to_accuracy(measured, data_dir, out_dir)
+        results["time_to_accuracy"] = time_to_accuracy(measured, data_dir, out_dir,
+                                                       float32_accuracy_runs)
     return results
 
 
@@ -132,40 +125,30 @@ def too_slow(breakdowns: dict) -> dict:
     return out
 
 
-def time_to_accuracy(precisions: list, data_dir: str, out_dir: str) -> dict:
+def time_to_accuracy(precisions: list, data_dir: str, out_dir: str,
+                     float32_runs: dict | None = None) -> dict:
     """{"<recipe>_<precision>": training seconds to 99.0% at -np 2, ...}; and each one's
-    ratio to the seed recipe in float32, this run's reference."""
+    ratio to the seed recipe in float32, this run's reference. float32_runs: part 3's
+    results (training_paths.time_to_accuracy), whose float32 custom-loop runs are the same
+    runs as a recipe's float32 here and are taken instead of running them again."""
+    earlier = {f"{recipe}_float32": (float32_runs or {}).get(f"{recipe}_custom")
+               for recipe in RECIPES}
     out = {}
     for recipe, recipe_flags in RECIPES.items():
         for precision in precisions:
             name = f"{recipe}_{precision}"
-            run = training_run.measure(
-                f"limit_accuracy_{name}", 2,
-                [*recipe_flags, f"--precision={precision}",
-                 f"--target_accuracy={training_paths.TARGET_ACCURACY}",
-                 *training_paths.QUIET], data_dir, out_dir, timeout_seconds=3600)
-            seconds, epoch = training_paths.seconds_to_accuracy(run["summary"])
-            out[name] = {"recipe": recipe, "precision": precision, "flags": run["flags"],
-                         "training_seconds": seconds, "epoch": epoch,
-                         "final_test_accuracy": run["summary"]["test_accuracy"],
-                         "curve": accuracy_curve(run["summary"])}
+            result = earlier.get(name) or training_paths.accuracy_run(
+                f"limit_accuracy_{name}", [*recipe_flags, f"--precision={precision}"],
+                data_dir, out_dir, timeout_seconds=3600)
+            out[name] = {"recipe": recipe, "precision": precision, **result}
             print(f"limit: time to {training_paths.TARGET_ACCURACY:.1%} at -np 2, {name}: "
-                  f"{seconds} s (epoch {epoch})", flush=True)
+                  f"{result['training_seconds']} s (epoch {result['epoch']})", flush=True)
     reference = out["seed_float32"]["training_seconds"]
     for result in out.values():
         seconds = result["training_seconds"]
         result["over_seed_float32"] = (seconds / reference if seconds and reference
                                        else None)
     return out
-
-
-def accuracy_curve(summary: dict) -> list:
-    """[(training seconds so far, test accuracy)] after each epoch."""
-    elapsed, curve = 0.0, []
-    for record in summary["history"]:
-        elapsed += record["train_seconds"]
-        curve.append((elapsed, record["test_accuracy"]))
-    return curve
 
 
 def percent(fraction) -> str:

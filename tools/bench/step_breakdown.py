@@ -44,25 +44,12 @@ def _fetch(result) -> None:
 def measure(precision: str, min_seconds: float = 1.0) -> dict:
     """{"step": seconds per batch, "pieces": [{name, seconds, training_flops}], ...}."""
     import tensorflow as tf
-    from hvd_mnist.process import keras_compat
-    from hvd_mnist.training import model as model_lib
+    from tools.bench import synthetic_step
 
-    tf.keras.utils.set_random_seed(0)
-    model = model_lib.build_model(precision=precision)
-    optimizer = model_lib.make_optimizer("adadelta", 1.0)
-    variables = keras_compat.tf_variables(model.trainable_variables)
-    optimizer.build(model.trainable_variables)
-    loss_fn = model_lib.make_loss()
-    images = tf.random.uniform([BATCH, *model_lib.INPUT_SHAPE])
-    labels = tf.random.uniform([BATCH], maxval=model_lib.NUM_CLASSES, dtype=tf.int64)
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        gradients = tape.gradient(loss, variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
+    training = synthetic_step.build(BATCH, precision)
+    model, optimizer, loss_fn = training.model, training.optimizer, training.loss_fn
+    images, labels = training.images, training.labels
+    step = training.step_function()
 
     pieces = []
     layer_input = images
@@ -76,10 +63,11 @@ def measure(precision: str, min_seconds: float = 1.0) -> dict:
                            needs_input_gradient=index > 0), min_seconds)})
         layer_input = output
 
-    gradients = [tf.random.normal(v.shape) * 1e-3 for v in variables]
-    pieces.append({"name": "optimizer update (Adadelta)", "training_flops": 0, "seconds": seconds_per_call(tf.function(
-                       lambda: optimizer.apply_gradients(
-                           zip(gradients, model.trainable_variables))), min_seconds)})
+    gradients = [tf.random.normal(v.shape) * 1e-3 for v in training.variables]
+    update = tf.function(lambda: optimizer.apply_gradients(
+        zip(gradients, model.trainable_variables)))
+    pieces.append({"name": "optimizer update (Adadelta)", "training_flops": 0,
+                   "seconds": seconds_per_call(update, min_seconds)})
     return {"precision": precision, "batch": BATCH, "step": seconds_per_call(step, min_seconds),
             "pieces": pieces}
 
