@@ -15,7 +15,7 @@ MOST_CPU_SECONDS_PER_CALL = 0.05
 def test_discovery_reads_the_hosts_file_for_little_cpu(tmp_path):
     hosts_file = tmp_path / "hosts.txt"
     hosts_file.write_text("# the test's two one-slot hosts\nlocalhost:1\n\n127.0.0.1:1\n")
-    command = f"HVD_MNIST_HOSTS_FILE={hosts_file} {elastic_bench.DISCOVER}"
+    command = elastic_bench.discovery_command(str(hosts_file))
 
     assert HostDiscoveryScript(command, slots=1).find_available_hosts_and_slots() == {
         "localhost": 1, "127.0.0.1": 1}

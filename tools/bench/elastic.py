@@ -83,13 +83,17 @@ def _fresh(model_dir: str) -> str:
     return model_dir
 
 
+def discovery_command(hosts_file: str) -> str:
+    """The shell command that lists the hosts in hosts_file, as the driver is given it."""
+    return f"HVD_MNIST_HOSTS_FILE={shlex.quote(hosts_file)} {shlex.quote(DISCOVER)}"
+
+
 def discovery_cpu_seconds(hosts_file: str, calls: int = 5) -> float:
     """CPU seconds (children's included) of one discovery call, made as the elastic
     driver makes it: horovod.runner.elastic.discovery.HostDiscoveryScript runs the
     command through the shell."""
     from horovod.runner.elastic.discovery import HostDiscoveryScript
-    discovery = HostDiscoveryScript(f"HVD_MNIST_HOSTS_FILE={shlex.quote(hosts_file)} "
-                                    f"{shlex.quote(DISCOVER)}", slots=1)
+    discovery = HostDiscoveryScript(discovery_command(hosts_file), slots=1)
 
     def cpu_seconds():
         own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
