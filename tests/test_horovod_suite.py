@@ -103,3 +103,31 @@ def test_the_overlay_reverses_or_applies_a_patch_whatever_the_installed_tree_has
                    check=True)  # now the installed tree has it
     horovod_suite.make_overlay(installed, [patch], "before", tmp_path / "before")
     assert "y = 2" in (tmp_path / "before/horovod/runner/a.py").read_text()
+
+
+def test_the_report_names_what_the_patches_fixed_broke_and_left_with_its_evidence():
+    from tools import horovod_suite_report
+    env = {"command": "run", "cpu": "AMD EPYC (AVX2-only), 2 cores", "commit": "abc1234",
+           "date": "2026-12-03", "versions": {"horovod": "0.28.1"}}
+    t = "test_tensorflow2_keras.Tf2KerasTests::"
+
+    def stage(results, **extra):
+        return {"results": results, "seconds": 9, "timed_out": False, "ranks_reported": 2,
+                **extra}
+
+    record = {"patches": ["keras3-variables.patch"], "environments": {"gloo": env},
+              "controllers": {"gloo": {"test_tensorflow2_keras.py": {
+                  "before": stage({t + "test_from_config": ("failed", "ref"),
+                                   t + "test_elastic_state": ("passed", ""),
+                                   t + "test_sparse_as_dense": ("failed", "lr")}),
+                  "after": stage({t + "test_from_config": ("passed", ""),
+                                  t + "test_elastic_state": ("failed", "boom"),
+                                  t + "test_sparse_as_dense": ("failed", "lr")},
+                                 scratch={t + "test_sparse_as_dense": ("passed", "")})}}}}
+    text = horovod_suite_report.render(record)
+    assert "| test_tensorflow2_keras.py | 1 / 2 / 0 | 1 / 2 / 0 | 9 s |" in text
+    assert "Fixed by the patches (1): `test_from_config`." in text
+    assert "Passing before, failing after (1): `test_elastic_state` (boom)." in text
+    still = [line for line in text.splitlines() if "`test_sparse_as_dense`" in line]
+    assert len(still) == 1 and "`lr=`" in still[0] and still[0].endswith("| passes |")
+    assert "abc1234" in text and "AVX2-only" in text

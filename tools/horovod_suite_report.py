@@ -7,28 +7,30 @@ from tools.horovod_suite import _function_name, counts
 
 
 def render(record: dict) -> str:
-    env = record["environment"]
     lines = [
         "# Horovod's own tests, before and after this project's patches",
         "",
-        f"Horovod {env['versions'].get('horovod')}'s test/parallel files (tag v0.28.1) under "
+        "Horovod 0.28.1's test/parallel files (tag v0.28.1) under "
         "`horovodrun -np 2 -H localhost:2`, each rank running `python -m pytest` "
         "(pytest<8, mock, parameterized) with HOROVOD_STALL_CHECK_TIME_SECONDS=60 and "
-        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120. A test counts as failed when it failed "
-        "on either rank.",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120, made by `make horovod-suite "
+        "HOROVOD_SRC=DIR`. A test counts as failed when it failed on either rank.",
         "",
-        f"- command: `make horovod-suite` (`python tools/horovod_suite.py {env['command']}`)",
-        f"- CPU: {env['cpu']}",
-        f"- commit: {env['commit']}, {env['date']}",
-        "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
-        "- before: the installed Horovod's Python with these patches reversed: "
+        "Before: the installed Horovod's Python with these patches reversed: "
         + ", ".join(record["patches"]) + " (0.28.1's Python as released); after: with them "
         "applied. Both use the same compiled library.",
         "",
     ]
     for controller, files in record["controllers"].items():
-        lines += _controller_section(controller, files)
+        lines += _controller_section(controller, files, record["environments"][controller])
     return "\n".join(lines) + "\n"
+
+
+def _environment_lines(env: dict) -> list[str]:
+    return [f"- command: `python tools/horovod_suite.py {env['command']}`",
+            f"- CPU: {env['cpu']}",
+            f"- commit: {env['commit']}, {env['date']}",
+            "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
 
 
 def _cell(result: dict) -> str:
@@ -41,8 +43,8 @@ def _cell(result: dict) -> str:
     return text
 
 
-def _controller_section(controller: str, files: dict) -> list[str]:
-    lines = [f"## {controller.capitalize()}", "",
+def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
+    lines = [f"## {controller.capitalize()}", "", *_environment_lines(env),
              "| file | before: passed / failed / skipped | after | after's wall time |",
              "|---|---|---|---|"]
     for test_file, stages in files.items():
