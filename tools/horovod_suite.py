@@ -209,10 +209,12 @@ def run(args) -> None:
 
 
 def environment(args) -> dict:
+    # tf.keras's own package: keras, or tf_keras where TF_USE_LEGACY_KERAS asks for it.
     versions = subprocess.run(
-        [args.python, "-c", "import horovod, tensorflow as tf, keras, numpy; "
-         "print(horovod.__version__, tf.__version__, keras.__version__, numpy.__version__, "
-         "__import__('platform').python_version())"],
+        [args.python, "-c", "import horovod, importlib, numpy, tensorflow as tf; "
+         "k = importlib.import_module(tf.keras.layers.__name__.split('.')[0]); "
+         "print(horovod.__version__, tf.__version__, f'{k.__name__}-{k.__version__}', "
+         "numpy.__version__, __import__('platform').python_version())"],
         capture_output=True, text=True).stdout.split()
     cpu = "unknown"
     flags = ""
@@ -227,7 +229,7 @@ def environment(args) -> dict:
                             capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
-    names = ("horovod", "tensorflow", "keras", "numpy", "python")
+    names = ("horovod", "tensorflow", "tf.keras", "numpy", "python")
     return {"cpu": f"{cpu} ({isa}), {os.cpu_count()} cores", "commit": commit + ("+dirty" if dirty else ""),
             "versions": dict(zip(names, versions)), "date": time.strftime("%Y-%m-%d"),
             "host": platform.node(), "command": " ".join(sys.argv[1:])}
