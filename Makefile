@@ -36,8 +36,7 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat parity bench \
-	bench-stacks bench-elastic plot scaling clean
+	test-repeat parity bench bench-stacks bench-elastic plot scaling horovod-suite clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -147,6 +146,33 @@ plot: $(SETUP_STAMP)
 # reports/scaling.md (needs root for the test bed; ~15 min).
 scaling: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.scaling --data_dir=$(DATA_DIR)
+
+# Horovod's own tests (test/parallel of tag v0.28.1, from HOROVOD_SRC: an unpacked source
+# tree of the tag, kept outside this repository) against the venv's Horovod, before and
+# after tools/horovod-patches/, under Gloo and, where Horovod has it, MPI; each file with a
+# timeout and the stall check. reports/horovod_suite.md (TF=2.15: _tf2.15.md;
+# tools/horovod_suite.py). The tests
+# want pytest<8, mock and parameterized: a venv of their own on top of $(VENV)'s packages.
+HOROVOD_SRC ?=
+SUITE_VENV := build/horovod-suite/$(VENV)
+SUITE_REPORT := reports/horovod_suite$(if $(filter 2.21,$(TF)),,_tf$(TF)).md
+# Refused before set-up, in make's one line, when HOROVOD_SRC is not such a tree.
+ifneq ($(filter horovod-suite,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(HOROVOD_SRC)/test/parallel/test_tensorflow.py),)
+$(error make horovod-suite: HOROVOD_SRC=DIR must name an unpacked Horovod v0.28.1 source tree (with test/parallel/))
+endif
+endif
+horovod-suite: $(SETUP_STAMP)
+	test -x $(SUITE_VENV)/bin/python || { $(BIN)/python -m venv $(SUITE_VENV) && \
+	  $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	    >$$($(SUITE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/venv.pth && \
+	  $(SUITE_VENV)/bin/pip install -q 'pytest<8' mock parameterized; }
+	controllers=gloo; \
+	if $(BIN)/horovodrun --check-build 2>/dev/null | grep -q '\[X\] MPI'; then controllers="gloo mpi"; fi; \
+	$(SUITE_VENV)/bin/python tools/horovod_suite.py run --horovod_src=$(HOROVOD_SRC) \
+	  --python=$(CURDIR)/$(SUITE_VENV)/bin/python --horovodrun=$(CURDIR)/$(BIN)/horovodrun \
+	  --pins=tools/pins/tf$(TF).txt --controllers $$controllers \
+	  --out=build/horovod-suite/tf$(TF) --report=$(SUITE_REPORT)
 
 clean:
 	rm -rf $(MODEL_DIR)

@@ -94,8 +94,8 @@ def assert_every_rank_said(result, error, num_ranks=2):
     no line can be lost. Their exits still race horovodrun, which ends the remaining
     workers once one has failed, so what it reports of the later ones (status 1, 143 or
     137, the shell's "Terminated", or nothing) is not asserted; only that none failed in
-    another way. (horovodrun then raises a RuntimeError naming the first failed process:
-    the launcher's traceback, printed for any failed job, not a rank's.)
+    another way. horovodrun then names the first failed process in one line of its own
+    (assert_horovodrun_said_one_line).
     """
     assert_each_rank_said(result, [error] * num_ranks)
 
@@ -112,6 +112,7 @@ def assert_each_rank_said(result, errors):
         lines = re.findall(rf"^\[{rank}\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
         assert lines == [error], f"rank {rank} said {lines}:\n{output}"
     assert_no_rank_traceback(output)
+    assert_horovodrun_said_one_line(output)
 
 
 def assert_some_rank_said(result, error):
@@ -124,10 +125,20 @@ def assert_some_rank_said(result, error):
     lines = re.findall(r"^\[\d+\]<stderr>:hvd_mnist: error: (.*)$", output, re.M)
     assert lines and set(lines) == {error}, f"{lines}:\n{output}"
     assert_no_rank_traceback(output)
+    assert_horovodrun_said_one_line(output)
 
 
 def assert_no_rank_traceback(output):
     assert not re.search(r"^\[\d+\]<std(err|out)>:Traceback", output, re.M), output
+
+
+def assert_horovodrun_said_one_line(output):
+    """horovodrun's own report of a failed job: one line naming the first process to fail
+    and its exit code, and no traceback of the launcher's
+    (tools/horovod-patches/launcher-one-line.patch)."""
+    assert re.search(r"^horovodrun: process \d+ exited with status code \d+, the first to "
+                     r"fail; the job was ended\.$", output, re.M), output
+    assert "Traceback (most recent call last)" not in output, output
 
 
 def trainer_command(*flags):
