@@ -80,13 +80,15 @@ def test_an_edit_that_no_longer_matches_its_test_fails_loudly():
 
 def test_every_stack_applies_the_same_patches_and_the_python_ones_can_be_toggled():
     pins = sorted(horovod_suite.ROOT.glob("tools/pins/tf*.txt"))
-    keras3 = ["keras3-variables.patch", "keras3-keras-api.patch", "launcher-one-line.patch"]
+    python_patches = ["elastic-discovery-subprocess.patch", "keras3-variables.patch",
+                      "keras3-keras-api.patch", "launcher-one-line.patch",
+                      "launcher-build-checks-recorded.patch"]
     for pins_file in pins:
         names = [p.name for p in horovod_suite.patches_from_pins(pins_file)]
-        assert names[-3:] == keras3, pins_file
+        assert names[-len(python_patches):] == python_patches, pins_file
     toggled = [p.name for p in horovod_suite.python_only(
         horovod_suite.patches_from_pins(horovod_suite.ROOT / "tools/pins/tf2.21.txt"))]
-    assert toggled == ["elastic-discovery-subprocess.patch"] + keras3  # not the CMake one
+    assert toggled == python_patches  # not the CMake one
 
 
 def test_the_overlay_reverses_or_applies_a_patch_whatever_the_installed_tree_has(tmp_path):
