@@ -169,6 +169,11 @@ fi
 horovod_patches=()
 while read -r name; do horovod_patches+=("$name"); done < <(sed -n 's/^# horovod-patch: //p' "$PINS")
 horovod_build="$tf_dist $TF_VERSION${horovod_patches[*]:+ patched: ${horovod_patches[*]}}"
+# The patches' contents too: a patch changed under the same name builds Horovod again.
+if [ ${#horovod_patches[@]} -gt 0 ]; then
+  horovod_build+=" sha256 $(cd "$ROOT/tools/horovod-patches" && cat "${horovod_patches[@]}" \
+                            | sha256sum | cut -c1-16)"
+fi
 build_patched_horovod() {
   local src
   src=$(mktemp -d)
