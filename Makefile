@@ -35,8 +35,8 @@ DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
-.PHONY: setup data data-sharded train test test-long test-hosts test-repeat parity bench \
-	bench-stacks bench-elastic plot scaling horovod-suite clean
+.PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
+	test-repeat parity bench bench-stacks bench-elastic plot scaling horovod-suite clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -91,6 +91,13 @@ test: $(SETUP_STAMP)
 # jobs than fit in `make test`'s budget (.ci/run runs them too).
 test-long: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -m long
+
+# The bfloat16 tests again with oneDNN capped at AVX2, where it emulates bfloat16 as it does
+# on the AVX2-only machines: on a CPU with AVX-512 this checks the other kind of arithmetic
+# too (.ci/run runs it where /proc/cpuinfo lists avx512f; on an AVX2-only CPU it would repeat
+# make test's runs).
+test-avx2-arithmetic: $(SETUP_STAMP)
+	ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest tests/test_precision_parity.py -k bfloat16
 
 # The tests marked `hosts` on a test bed of network namespaces (tools/hosts.sh; root):
 # two-host horovodrun (tests/test_hosts.py), verify (tests/test_verify.py) and Slurm batch

@@ -52,6 +52,17 @@ def tiny_data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def float32_reference_weights(tiny_data_dir, tmp_path_factory):
+    """The one-worker custom loop's weights after test_parity's ten float32 steps: what the
+    invariance checks compare against, in float32 and, as bfloat16's noise floor, in
+    bfloat16 (test_precision_parity.py). One run serves both modules."""
+    from test_parity import TEN_STEPS, train_weights
+
+    return train_weights(tiny_data_dir, tmp_path_factory.mktemp("float32_reference"),
+                         "custom_np1", 1, *TEN_STEPS)
+
+
+@pytest.fixture(scope="session")
 def tiny_sharded_data_dir(tmp_path_factory):
     """The same tiny `mnist`, each split written as 4 record files (for --input=files)."""
     root = tmp_path_factory.mktemp("tiny_mnist_4_files")

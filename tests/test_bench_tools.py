@@ -198,6 +198,7 @@ def test_ratios_cover_the_numbers_both_sides_hold():
                                {"a": 2.0, "b": 4.0, "text": "x"}) == {"a": 1.5, "b": 0.25}
 
 
+@pytest.mark.long  # two minutes of a -np 2 job that only make bench needs
 def test_horovods_example_trains_on_the_prepared_data_and_reports_every_rank(tiny_data_dir,
                                                                             tmp_path):
     idx_dir = os.path.join(os.path.dirname(tiny_data_dir), "idx")  # written by conftest

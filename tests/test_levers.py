@@ -5,7 +5,8 @@ import pytest
 
 from conftest import horovodrun, load_weights, max_abs_difference, trainer_command
 
-pytestmark = pytest.mark.horovodrun
+# In make test-long: minutes of -np 2 runs for levers only slow links need (make scaling).
+pytestmark = [pytest.mark.horovodrun, pytest.mark.long]
 
 # SGD: its update is linear in the gradient, so rounding stays rounding (Adadelta's
 # first steps are close to sign(gradient) and flip near-zero ones).

@@ -70,20 +70,15 @@ def test_custom_loop_equals_keras_fit_at_one_worker(tiny_data_dir, tmp_path, rec
 TEN_STEPS = ["--epochs=2", "--max_steps_per_epoch=5"]
 
 
-@pytest.fixture(scope="module")
-def reference_weights(tiny_data_dir, tmp_path_factory):
-    return train_weights(tiny_data_dir, tmp_path_factory.mktemp("reference"), "custom_np1", 1,
-                         *TEN_STEPS)
-
-
 @pytest.mark.parametrize("mode,np_", [
     ("custom", 2), ("custom", 4), ("keras", 1), ("keras", 2), ("keras", 4)])
-def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path, reference_weights,
-                                                  record_property, mode, np_):
+def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path,
+                                                  float32_reference_weights, record_property,
+                                                  mode, np_):
     weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}", np_, f"--mode={mode}",
                             *TEN_STEPS)
     _, off = compare(record_property, f"{mode}_np{np_}_vs_custom_np1_10_steps",
-                     reference_weights, weights, INVARIANCE_TOLERANCE)
+                     float32_reference_weights, weights, INVARIANCE_TOLERANCE)
     # Early Adadelta steps are nearly sign(gradient) * 1.4e-3, so a gradient within
     # rounding of zero (a different kernel for another per-worker batch) can flip
     # one weight's step; measured: up to 0.5% of weights, by up to 2e-4. A real bug
@@ -94,13 +89,14 @@ def test_results_do_not_depend_on_workers_or_path(tiny_data_dir, tmp_path, refer
 @pytest.mark.parametrize("bug,mode", [
     ("sum_gradients", "custom"), ("sum_gradients", "keras"),
     ("local_gradients", "custom"), ("local_gradients", "keras"), ("no_sharding", "custom")])
-def test_the_checks_catch_a_broken_trainer(tiny_data_dir, tmp_path, reference_weights,
-                                           record_property, bug, mode):
+def test_the_checks_catch_a_broken_trainer(tiny_data_dir, tmp_path,
+                                           float32_reference_weights, record_property, bug,
+                                           mode):
     broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
     weights = train_weights(tiny_data_dir, tmp_path, bug, 2, f"--mode={mode}", *TEN_STEPS,
                             command=broken)
     difference, off = compare(record_property, f"broken_{bug}_{mode}_np2_vs_custom_np1",
-                              reference_weights, weights, INVARIANCE_TOLERANCE)
+                              float32_reference_weights, weights, INVARIANCE_TOLERANCE)
     # A real bug misses by orders of magnitude, in most weights, not by rounding.
     assert difference > 100 * INVARIANCE_TOLERANCE and off > 50 * MAX_FRACTION_OFF
 

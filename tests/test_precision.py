@@ -103,19 +103,38 @@ def cpuinfo(tmp_path, flags):
 
 def test_bfloat16_without_bfloat16_instructions_warns_in_one_line(tmp_path):
     path = cpuinfo(tmp_path, "avx512f")
-    assert precision.cpu_warning("mixed_bfloat16", False, path) == (
+    assert precision.cpu_warning("mixed_bfloat16", False, path, isa_cap="") == (
         f"warning: this CPU has no bfloat16 instructions (neither avx512_bf16 nor amx_bf16 in "
         f"{path}): --precision=mixed_bfloat16 is emulated here, converting to and from "
-        "float32 around every operation, and runs slower than --precision=float32")
+        f"float32 around every operation; {precision.EMULATED_BFLOAT16_SPEED} "
+        "(docs/precision.md)")
 
 
-@pytest.mark.parametrize("name,flags,has_gpu", [
-    ("mixed_bfloat16", "avx512f avx512_bf16", False),  # AVX-512 with BF16 (this EPYC)
-    ("mixed_bfloat16", "amx_bf16 amx_tile", False),  # a Xeon with AMX
-    ("mixed_bfloat16", "", True),  # a GPU computes it
-    ("float32", "", False), ("mixed_float16", "", True)])
-def test_no_warning_where_the_precision_runs_in_hardware(tmp_path, name, flags, has_gpu):
-    assert precision.cpu_warning(name, has_gpu, cpuinfo(tmp_path, flags)) == ""
+@pytest.mark.parametrize("cap", ["AVX2", "avx2", "AVX512_CORE"])
+def test_bfloat16_with_onednn_capped_below_bfloat16_warns_whatever_the_cpu_has(tmp_path, cap):
+    warning = precision.cpu_warning("mixed_bfloat16", False,
+                                    cpuinfo(tmp_path, "avx512f avx512_bf16 amx_bf16"),
+                                    isa_cap=cap)
+    assert warning.startswith(f"warning: ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from bfloat16 "
+                              "instructions: --precision=mixed_bfloat16 is emulated here")
+
+
+def test_the_cap_is_read_from_the_environment(tmp_path, monkeypatch):
+    path = cpuinfo(tmp_path, "avx512f avx512_bf16")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert precision.cpu_warning("mixed_bfloat16", False, path) != ""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert precision.cpu_warning("mixed_bfloat16", False, path) == ""
+
+
+@pytest.mark.parametrize("name,flags,has_gpu,cap", [
+    ("mixed_bfloat16", "avx512f avx512_bf16", False, ""),  # AVX-512 with BF16 (this EPYC)
+    ("mixed_bfloat16", "amx_bf16 amx_tile", False, ""),  # a Xeon with AMX
+    ("mixed_bfloat16", "amx_bf16 amx_tile", False, "AVX512_CORE_AMX"),  # a cap above BF16
+    ("mixed_bfloat16", "", True, "AVX2"),  # a GPU computes it
+    ("float32", "", False, "AVX2"), ("mixed_float16", "", True, "")])
+def test_no_warning_where_the_precision_runs_in_hardware(tmp_path, name, flags, has_gpu, cap):
+    assert precision.cpu_warning(name, has_gpu, cpuinfo(tmp_path, flags), isa_cap=cap) == ""
 
 
 @pytest.mark.parametrize("flags", ["avx2", "avx512f avx512_fp16 amx_bf16"])
@@ -127,7 +146,8 @@ def test_float16_on_any_cpu_warns_in_one_line(tmp_path, flags):
 
 
 def test_no_warning_where_cpuinfo_says_nothing(tmp_path):
-    assert precision.cpu_warning("mixed_bfloat16", False, str(tmp_path / "none")) == ""
+    assert precision.cpu_warning("mixed_bfloat16", False, str(tmp_path / "none"),
+                                 isa_cap="") == ""
 
 
 def test_the_start_line_says_what_crosses_the_network():

@@ -16,6 +16,8 @@ non-finite, and every rank holds the same average bit for bit, so every rank ski
 same step and halves the same scale. No extra collective is needed for the ranks to agree.
 """
 
+import os
+
 from hvd_mnist import config as config_lib
 from hvd_mnist.process import keras_compat
 
@@ -23,6 +25,13 @@ COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                   "mixed_float16": "float16"}
 # Where the kernels of TensorFlow's CPU build (oneDNN) compute bfloat16 in hardware.
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: capped there, oneDNN
+# emulates bfloat16 whatever the CPU has (make test-avx2-arithmetic caps it at AVX2).
+ISA_CAPS_WITHOUT_BFLOAT16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE",
+                             "AVX512_CORE_VNNI")
+# reports/bfloat16_emulated.md, on the AVX2-only AMD EPYC at -np 1 and 2.
+EMULATED_BFLOAT16_SPEED = ("on an AVX2-only CPU it trained at 0.09-0.13x "
+                           "--precision=float32's images/s")
 
 
 def is_mixed(precision: str) -> bool:
@@ -76,9 +85,11 @@ def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set:
     return set()
 
 
-def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinfo") -> str:
+def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinfo",
+                isa_cap: str | None = None) -> str:
     """One line where the precision will run slower than float32 on this CPU ("" otherwise):
-    bfloat16 without bfloat16 instructions, and float16 on any CPU."""
+    bfloat16 without bfloat16 instructions, or with oneDNN kept from them by
+    ONEDNN_MAX_CPU_ISA (`isa_cap`; None: the environment's), and float16 on any CPU."""
     if has_gpu or precision == "float32":
         return ""
     if precision == "mixed_float16":
@@ -87,13 +98,19 @@ def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinf
         return ("warning: no GPU is visible and TensorFlow's CPU kernels have no fast "
                 "float16 path: --precision=mixed_float16 runs many times slower than "
                 "--precision=float32 here (docs/precision.md)")
+    if isa_cap is None:
+        isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     flags = cpu_flags(cpuinfo_path)
-    if not flags or flags & set(BFLOAT16_CPU_FLAGS):
-        return ""  # not Linux's cpuinfo (say, not x86): nothing known to warn about
-    return ("warning: this CPU has no bfloat16 instructions (neither "
-            + " nor ".join(BFLOAT16_CPU_FLAGS) + f" in {cpuinfo_path}): "
-            "--precision=mixed_bfloat16 is emulated here, converting to and from float32 "
-            "around every operation, and runs slower than --precision=float32")
+    if isa_cap.upper() in ISA_CAPS_WITHOUT_BFLOAT16:
+        why = f"ONEDNN_MAX_CPU_ISA={isa_cap} keeps oneDNN from bfloat16 instructions"
+    elif flags and not flags & set(BFLOAT16_CPU_FLAGS):
+        why = ("this CPU has no bfloat16 instructions (neither "
+               + " nor ".join(BFLOAT16_CPU_FLAGS) + f" in {cpuinfo_path})")
+    else:
+        return ""  # native bfloat16, or not Linux's cpuinfo (say, not x86): nothing known
+    return (f"warning: {why}: --precision=mixed_bfloat16 is emulated here, converting to and "
+            f"from float32 around every operation; {EMULATED_BFLOAT16_SPEED} "
+            "(docs/precision.md)")
 
 
 def loss_scale(optimizer) -> float | None:
