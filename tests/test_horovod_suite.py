@@ -78,15 +78,18 @@ def test_an_edit_that_no_longer_matches_its_test_fails_loudly():
         horovod_suite_cases.apply_edits(SOURCE, {"test_three": Case("x", (("a", "b"),))})
 
 
-def test_every_stack_applies_the_same_patches_and_the_python_ones_can_be_toggled():
-    pins = sorted(horovod_suite.ROOT.glob("tools/pins/tf*.txt"))
+def test_every_stack_applies_the_keras3_patches_and_the_python_ones_can_be_toggled():
     keras3 = ["keras3-variables.patch", "keras3-keras-api.patch", "launcher-one-line.patch"]
-    for pins_file in pins:
+    for pins_file in sorted(horovod_suite.ROOT.glob("tools/pins/tf*.txt")):
         names = [p.name for p in horovod_suite.patches_from_pins(pins_file)]
-        assert names[-3:] == keras3, pins_file
-    toggled = [p.name for p in horovod_suite.python_only(
-        horovod_suite.patches_from_pins(horovod_suite.ROOT / "tools/pins/tf2.21.txt"))]
-    assert toggled == ["elastic-discovery-subprocess.patch"] + keras3  # not the CMake one
+        assert [n for n in names if n in keras3] == keras3, pins_file  # all, in this order
+    patches = horovod_suite.patches_from_pins(horovod_suite.ROOT / "tools/pins/tf2.21.txt")
+    toggled = horovod_suite.python_only(patches)
+    assert [p.name for p in toggled if p.name in keras3] == keras3
+    assert "xla-ops-gpu-only.patch" not in [p.name for p in toggled]  # CMake: the build's
+    for patch in toggled:
+        assert all(f.startswith("horovod/") and f.endswith(".py")
+                   for f in horovod_suite.patched_files(patch)), patch.name
 
 
 def test_the_overlay_reverses_or_applies_a_patch_whatever_the_installed_tree_has(tmp_path):
