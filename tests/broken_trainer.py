@@ -12,19 +12,18 @@ import functools
 import sys
 
 import horovod.tensorflow as hvd
+import horovod.tensorflow.keras as hvd_keras
 
 from hvd_mnist import main
 from hvd_mnist.data import splits
-from hvd_mnist.process import keras_compat
 
 
 def sum_gradients():
     """Sum instead of average the ranks' gradients: a size-times larger step."""
     hvd.DistributedGradientTape = functools.partial(hvd.DistributedGradientTape, op=hvd.Sum)
-    grouped_allreduce = hvd.grouped_allreduce  # the Keras 3 fit path's optimizer calls it
+    grouped_allreduce = hvd.grouped_allreduce  # the custom loop's accumulating step calls it
     hvd.grouped_allreduce = lambda tensors, op=None, **kwargs: grouped_allreduce(
         tensors, op=hvd.Sum, **kwargs)
-    import horovod.tensorflow.keras as hvd_keras  # the Keras 2 fit path's optimizer
     hvd_keras.DistributedOptimizer = functools.partial(hvd_keras.DistributedOptimizer,
                                                        op=hvd.Sum)
 
@@ -32,8 +31,7 @@ def sum_gradients():
 def local_gradients():
     """No averaging at all: every rank steps on its own gradients, and the ranks drift apart."""
     hvd.DistributedGradientTape = lambda tape, **kwargs: tape
-    keras_compat.make_distributed_optimizer = (
-        lambda optimizer_class, arguments, *args: optimizer_class(**arguments))
+    hvd_keras.DistributedOptimizer = lambda optimizer, **kwargs: optimizer
 
 
 def no_sharding():

@@ -86,9 +86,12 @@ def test_every_stack_applies_the_same_patches_and_the_python_ones_can_be_toggled
     for pins_file in pins:
         names = [p.name for p in horovod_suite.patches_from_pins(pins_file)]
         assert names[-len(python_patches):] == python_patches, pins_file
-    toggled = [p.name for p in horovod_suite.python_only(
-        horovod_suite.patches_from_pins(horovod_suite.ROOT / "tools/pins/tf2.21.txt"))]
-    assert toggled == python_patches  # not the CMake one
+    toggled = horovod_suite.python_only(
+        horovod_suite.patches_from_pins(horovod_suite.ROOT / "tools/pins/tf2.21.txt"))
+    assert [p.name for p in toggled] == python_patches  # not the CMake one
+    for patch in toggled:
+        assert all(f.startswith("horovod/") and f.endswith(".py")
+                   for f in horovod_suite.patched_files(patch)), patch.name
 
 
 def test_the_overlay_reverses_or_applies_a_patch_whatever_the_installed_tree_has(tmp_path):

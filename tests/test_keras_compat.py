@@ -1,6 +1,7 @@
 """Keras 3 (TF 2.21, the default) and Keras 2 (TF 2.15; tf-keras on 2.16-2.19) behind one
-adapter: which Keras a process gets, the tf.Variables Horovod is handed, dropout that can
-be reseeded, and one clear line where tf.keras cannot be imported. That gradients really
+adapter: which Keras a process gets, dropout that can be reseeded and that a broadcast leaves
+alone, loss scaling around Horovod's optimizer, and one clear line where tf.keras cannot be
+imported. That gradients really
 are averaged on both paths is proven by tests/test_parity.py (planted bugs included)."""
 
 import importlib.util
@@ -32,12 +33,33 @@ def test_the_variable_is_set_exactly_where_tf_keras_stands_beside_keras3():
         assert setting is None
 
 
-def test_horovod_is_handed_tf_variables_that_are_the_models_own():
+def test_the_dropout_streams_are_the_variables_a_broadcast_must_leave_alone():
     model = model_lib.build_model()
-    variables = keras_compat.tf_variables(model.trainable_variables)
-    assert variables and all(isinstance(v, tf.Variable) for v in variables)
-    variables[0].assign(tf.zeros_like(variables[0]))  # writes through to the model
-    assert not np.any(model.trainable_variables[0].numpy())
+    streams = keras_compat.dropout_streams(model)
+    if keras_compat.is_keras3():  # one seed state per Dropout layer, among the model's variables
+        dropouts = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Dropout)]
+        assert len(streams) == len(dropouts) == 2
+        keys = {id(v) for v in model.variables}
+        assert all(id(stream) in keys for stream in streams)
+    else:  # Keras 2's stateful generators keep theirs outside the model's variables
+        assert streams == []
+    assert keras_compat.dropout_streams(model_lib.build_model(dropout=False)) == []
+
+
+def test_a_loss_scale_optimizer_sees_the_gradients_horovod_averaged():
+    wrapped = []
+
+    def wrap(optimizer):
+        wrapped.append(optimizer)
+        return optimizer
+
+    optimizer = keras_compat.loss_scaled(wrap, tf.keras.optimizers.SGD())
+    if keras_compat.is_keras3():  # Horovod averages in the loss-scale optimizer's apply()
+        assert isinstance(wrapped[0], tf.keras.mixed_precision.LossScaleOptimizer)
+        assert optimizer is wrapped[0]
+    else:  # Keras 2's asks the optimizer inside it, which Horovod's averages
+        assert isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        assert isinstance(wrapped[0], tf.keras.optimizers.SGD)
 
 
 def test_a_reseeded_dropout_layer_draws_the_same_mask_again():

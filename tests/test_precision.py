@@ -23,7 +23,7 @@ PRECISIONS = config_lib.PRECISIONS
 @pytest.mark.parametrize("name", PRECISIONS)
 def test_variables_softmax_and_output_stay_float32(name):
     model = model_lib.build_model(precision=name)
-    assert {v.dtype for v in keras_compat.tf_variables(model.weights)} == {tf.float32}
+    assert {tf.as_dtype(v.dtype) for v in model.weights} == {tf.float32}
     compute = precision.COMPUTE_DTYPES[name]
     hidden = [layer.compute_dtype for layer in model.layers[:-1]]
     assert hidden == [compute] * len(hidden)

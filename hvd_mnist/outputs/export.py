@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvd_mnist.data import splits
 from hvd_mnist.outputs import files
-from hvd_mnist.process import keras_compat, runtime
+from hvd_mnist.process import runtime
 from hvd_mnist.training import model as model_lib
 
 DIRECTORY = "export"
@@ -32,7 +32,7 @@ class Serving(tf.Module):
         super().__init__(name="hvd_mnist")
         # The variables, not the Keras model, are what gets saved: saving a Keras
         # object would also trace and store every layer's call functions.
-        self.weights = keras_compat.tf_variables(model.weights)
+        self.weights = model.weights
         self._model = model
 
     @tf.function(input_signature=[IMAGES_SPEC])

@@ -2,13 +2,11 @@
 
 TensorFlow 2.21 (the default) brings Keras 3. TensorFlow 2.15's tf.keras is Keras 2,
 and TF 2.16-2.19 get Keras 2 from the tf-keras package (make setup TF=2.16..2.19
-installs it). Horovod 0.28.1, its last release, predates Keras 3: handed Keras 3
-variables, its DistributedGradientTape and broadcast_variables fail (`.ref`,
-`assign`), and its Keras DistributedOptimizer fails inside fit() (horovod#4290).
-What does work is handing Horovod the tf.Variable under each Keras 3 variable
-(`tf_variables`) and averaging gradients inside the optimizer itself
-(`make_distributed_optimizer`). The trainers call these helpers and never ask
-which Keras they run on.
+installs it). Horovod 0.28.1 is built with this project's patches for Keras 3
+(tools/horovod-patches/keras3-*.patch), so the trainers hand Horovod the model's own
+variables and optimizers on both. What still differs between the two Kerases (loss
+scaling, dropout streams, file formats) is here; the trainers never ask which Keras
+they run on.
 
 Where tf-keras is installed beside Keras 3, importing hvd_mnist (its __init__ imports
 this module before anything imports TensorFlow) sets TF_USE_LEGACY_KERAS=1 unless the
@@ -73,21 +71,10 @@ def check_keras() -> None:
             f"brings, or pip install 'tf-keras~={minor}.0'") from None
 
 
-def tf_variables(variables) -> list:
-    """The tf.Variables Horovod can broadcast and differentiate against.
-
-    A Keras 3 variable wraps one (`.value`, outside an autocast scope); a Keras 2
-    variable is one already.
-    """
-    import tensorflow as tf
-
-    return [v if isinstance(v, tf.Variable) else v.value for v in variables]
-
-
 def state_variables(model, optimizer) -> list:
-    """Every model and optimizer variable, as the tf.Variables Horovod broadcasts: rank 0's
-    state, which every rank takes before step 1 (and an elastic job after every reset)."""
-    return tf_variables(model.variables + optimizer.variables + _loss_scale_state(optimizer))
+    """Every model and optimizer variable: rank 0's state, which every rank takes before
+    step 1 (and an elastic job after every reset)."""
+    return model.variables + optimizer.variables + _loss_scale_state(optimizer)
 
 
 def _is_loss_scaled(optimizer) -> bool:
@@ -165,53 +152,30 @@ def reseed_dropout(layer, seed: int, draws: int = 0, batch_size: int = 0) -> Non
         rng._generator.skip(draws * mask_elements)
 
 
-def make_distributed_optimizer(optimizer_class, arguments: dict, compression,
-                               backward_passes_per_step: int, loss_scaling: bool = False):
-    """The fit() path's optimizer: `optimizer_class(**arguments)`, averaging gradients over ranks.
+def loss_scaled(wrap_distributed, optimizer):
+    """`wrap_distributed(optimizer)` (Horovod's DistributedOptimizer) with a
+    LossScaleOptimizer, ordered so that its check for non-finite gradients sees them
+    averaged over ranks and every rank skips the same steps: Keras 3's goes inside
+    Horovod's, which averages in its apply(); Keras 2's outside, since it asks the
+    optimizer inside it for the gradients, which Horovod's averages."""
+    import tensorflow as tf
 
-    Keras 2: Horovod's own Keras DistributedOptimizer wraps it (and accumulates
-    `backward_passes_per_step` batches, averaging them). Keras 3: a subclass whose
-    update step first averages the gradients with one grouped allreduce. Keras 3's own
-    gradient accumulation calls the update step once every K batches with their mean,
-    so there too one allreduce serves K batches.
+    if is_keras3():
+        return wrap_distributed(tf.keras.mixed_precision.LossScaleOptimizer(optimizer))
+    return tf.keras.mixed_precision.LossScaleOptimizer(wrap_distributed(optimizer))
 
-    With `loss_scaling` (no accumulation), a LossScaleOptimizer whose finiteness check
-    sees the averaged gradients, as on the custom loop (training/precision.py): Keras 2's
-    gets them from Horovod's optimizer inside it, whose compute_gradients averages;
-    Keras 3's averages them itself before its apply checks them.
-    """
-    import horovod.tensorflow as hvd
+
+def dropout_streams(model) -> list:
+    """The variables that hold the Dropout layers' random streams: each rank's own
+    (reseed_dropout), so a broadcast of rank 0's state must leave them alone. Keras 3
+    keeps them in each layer's seed generator; Keras 2's stateful generators keep theirs
+    outside the model's variables."""
     import tensorflow as tf
 
     if not is_keras3():
-        import horovod.tensorflow.keras as hvd_keras
-
-        optimizer = hvd_keras.DistributedOptimizer(
-            optimizer_class(**arguments), compression=compression,
-            backward_passes_per_step=backward_passes_per_step,
-            average_aggregated_gradients=True)  # the mean of K batches, as the custom loop
-        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer) if loss_scaling else optimizer
-
-    if loss_scaling:
-        class DistributedLossScaleOptimizer(tf.keras.mixed_precision.LossScaleOptimizer):
-            def apply(self, grads, trainable_variables=None):
-                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average,
-                                              compression=compression)
-                return super().apply(grads, trainable_variables)
-
-        return DistributedLossScaleOptimizer(optimizer_class(**arguments))
-
-    class DistributedOptimizer(optimizer_class):
-        # The update step receives the gradients an update will use: after Keras's
-        # accumulation, before the optimizer's slots see them. (`apply`, the public
-        # entry, runs on every batch, also on those that only accumulate.)
-        def _backend_update_step(self, grads, trainable_variables, learning_rate):
-            grads = hvd.grouped_allreduce(list(grads), op=hvd.Average, compression=compression)
-            return super()._backend_update_step(grads, trainable_variables, learning_rate)
-
-    if backward_passes_per_step > 1:
-        arguments = {**arguments, "gradient_accumulation_steps": backward_passes_per_step}
-    return DistributedOptimizer(**arguments)
+        return []
+    return [layer.seed_generator.state for layer in model.layers
+            if isinstance(layer, tf.keras.layers.Dropout) and layer.rate > 0]
 
 
 def model_file_suffix() -> str:

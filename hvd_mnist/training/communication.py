@@ -11,7 +11,6 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist import config as config_lib, testing_aids
-from hvd_mnist.process import keras_compat
 
 
 def compression(config: config_lib.TrainConfig):
@@ -43,8 +42,7 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
     aggregation does), so learning-rate schedules count batches on both paths.
     """
     variables = model.trainable_variables
-    sources = keras_compat.tf_variables(variables)
-    accumulated = [tf.Variable(tf.zeros_like(v), trainable=False) for v in sources]
+    accumulated = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
     batches_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def allreduce_and_apply():
@@ -63,7 +61,7 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
         with tf.GradientTape() as tape:
             probabilities = model(images, training=True)
             loss = loss_fn(labels, probabilities)
-        for a, gradient in zip(accumulated, tape.gradient(loss, sources)):
+        for a, gradient in zip(accumulated, tape.gradient(loss, variables)):
             a.assign_add(gradient / passes)
         batches_seen.assign_add(1)
         tf.cond(batches_seen % passes == 0, allreduce_and_apply, count_the_batch)

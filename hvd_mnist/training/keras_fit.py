@@ -1,8 +1,8 @@
 """The baseline: Horovod's Keras MNIST example in TF2 form (`--mode=keras`).
 
-A distributed optimizer (Adadelta(1.0 x size) by default; keras_compat.py makes it
-for Keras 2 and Keras 3), rank 0's variables broadcast before the first step,
-metrics averaged over ranks, ModelCheckpoint and verbose output on rank 0 only. It
+Horovod's DistributedOptimizer (around Adadelta(1.0 x size) by default), its
+BroadcastGlobalVariablesCallback(0) and MetricAverageCallback(), ModelCheckpoint and
+verbose output on rank 0 only, on Keras 2 and Keras 3 alike. It
 reads the same sharded batches, in the same order, as the custom loop, which is what
 lets the parity tests compare the two weight for weight. `--keras_literal` reproduces
 the example exactly instead: every worker reads the whole training set in its own
@@ -16,6 +16,7 @@ import os
 import time
 
 import horovod.tensorflow as hvd
+import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
@@ -32,8 +33,8 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
     Restarts dropout's random streams from (seed, rank, epoch), times steps,
     records and prints per-epoch results in the custom loop's format, feeds
     the run's TrainingMonitor (lines and TensorBoard; fit draws its own bar),
-    and stops at --target_accuracy. Must come after MetricAverageCallback, so
-    the val_* values it reads are already averaged over ranks.
+    and stops at --target_accuracy. Must come after Horovod's MetricAverageCallback,
+    so the val_* values it reads are already averaged over ranks.
     """
 
     def __init__(self, config: config_lib.TrainConfig, job: job_lib.Job, epochs: int,
@@ -79,24 +80,6 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         self.monitor.end_epoch(record)
         if records.end_epoch(self.config, record, self.epochs):
             self.model.stop_training = True
-
-
-class MetricAverageCallback(tf.keras.callbacks.Callback):
-    """Each epoch's metrics averaged over ranks, as Horovod's MetricAverageCallback does.
-
-    Horovod's own hands itself `from keras import backend`, which from TensorFlow 2.16
-    on is Keras 3's even where tf.keras is tf-keras, and calls what Keras 3's backend no
-    longer has. The average of the per-rank means is exact when the ranks' test shards
-    are equal (10,000 images at -np 1, 2, 4, 5, 8).
-    """
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not logs:
-            return
-        names = sorted(logs)  # the same order on every rank
-        means = hvd.allreduce(tf.constant([float(logs[name]) for name in names], tf.float64),
-                              op=hvd.Average, name="keras_epoch_metrics").numpy()
-        logs.update(zip(names, (float(mean) for mean in means)))
 
 
 class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
@@ -161,6 +144,26 @@ def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job
     return dataclasses.replace(job, steps_per_epoch=steps)
 
 
+def distributed_optimizer(config: config_lib.TrainConfig, job: job_lib.Job):
+    """The run's optimizer (Adadelta(1.0 x size) by default) in Horovod's
+    DistributedOptimizer, loss-scaled for mixed_float16 (keras_compat.loss_scaled)."""
+    optimizer_class, arguments = model_lib.optimizer_recipe(
+        config.optimizer, job_lib.learning_rate(config, job))
+
+    def wrap_distributed(optimizer):
+        # Horovod: the optimizer averages the ranks' gradients before each update; with
+        # --backward_passes_per_step=K, once per K batches, their mean (as the custom loop).
+        return hvd_keras.DistributedOptimizer(
+            optimizer, compression=communication.compression(config),
+            backward_passes_per_step=config.backward_passes_per_step,
+            average_aggregated_gradients=True)
+
+    optimizer = optimizer_class(**arguments)
+    if precision.loss_scaling(config.precision):
+        return keras_compat.loss_scaled(wrap_distributed, optimizer)
+    return wrap_distributed(optimizer)
+
+
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     wall_start = time.perf_counter()
     job = job_lib.start(config)
@@ -169,21 +172,15 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     if config.keras_literal:
         job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
 
+    # The same seed on every rank: the same initial weights, which Horovod's broadcast
+    # callback then only confirms (it runs after the first batch).
     tf.keras.utils.set_random_seed(config.seed)
     model = job_lib.build_model(config, job)
-    optimizer = keras_compat.make_distributed_optimizer(
-        *model_lib.optimizer_recipe(config.optimizer, job_lib.learning_rate(config, job)),
-        communication.compression(config), config.backward_passes_per_step,
-        precision.loss_scaling(config.precision))
+    optimizer = distributed_optimizer(config, job)
     # No XLA: Keras 3 would compile fit's step with it on GPU hosts, and Horovod's ops
     # do not run inside XLA-compiled functions (on CPU it was 8x slower anyway).
     model.compile(loss=model_lib.make_loss(), optimizer=optimizer, metrics=["accuracy"],
                   jit_compile=False)
-    # Rank 0's weights and optimizer slots on every rank before the first step, as the
-    # custom loop does (loop.restore_and_broadcast says why that beats Horovod's broadcast
-    # callback).
-    optimizer.build(model.trainable_variables)
-    hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
 
     batch = job.batching.per_rank_batch_size
     monitor = progress.monitor_for_run(
@@ -193,7 +190,12 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         draw_bar=False)
     bookkeeping = EpochBookkeeping(config, job, epochs, monitor)
     callbacks = [
-        MetricAverageCallback(),
+        # Horovod: rank 0's weights and optimizer state on every rank after the first
+        # batch; each rank keeps its own dropout stream (EpochBookkeeping reseeds it).
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(
+            0, local_variables=keras_compat.dropout_streams(model)),
+        # Horovod: each epoch's metrics averaged over ranks, before anything reads them.
+        hvd_keras.callbacks.MetricAverageCallback(),
         bookkeeping,
     ]
     callbacks.append(ChiefModelCheckpoint(os.path.join(

@@ -37,8 +37,6 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     With `requests`, returns (loss, every rank's requests averaged) (preemption.py).
     """
 
-    sources = keras_compat.tf_variables(model.trainable_variables)  # what Horovod accepts
-
     @tf.function(input_signature=input_signature or [image_spec(model), LABEL_SPEC],
                  autograph=False)
     def train_step(images, labels):
@@ -46,8 +44,9 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
             probabilities = model(images, training=True)
             loss = loss_fn(labels, probabilities)
             scaled_loss = keras_compat.scale_loss(optimizer, loss)  # mixed_float16 only
+        # Horovod: the tape averages the ranks' gradients (the same on every rank).
         tape = hvd.DistributedGradientTape(tape, compression=compression)
-        gradients = tape.gradient(scaled_loss, sources)  # averaged: the same on every rank
+        gradients = tape.gradient(scaled_loss, model.trainable_variables)
         # A LossScaleOptimizer skips a step whose averaged gradients are not finite, so
         # every rank skips it (precision.py).
         gradients = keras_compat.unscale_gradients(optimizer, gradients)

@@ -17,10 +17,10 @@ What differs, and only this:
 - where the checkpoint goes (`--out_dir`, not ./checkpoints);
 - instrumentation: the time of every finished step, and at exit, from every rank, a JSON
   file with them and the process's peak RSS (`--out_dir/rank<R>.json`);
-- on Keras 3 (TF 2.21, the default), the one change the example itself needs to run
-  there at all: Horovod is handed the tf.Variables under Keras 3's variables
-  (`horovod_variables`; upstream's code fails on `.ref`, horovod#4290), and the optimizer's
-  `variables` is a list, not a method.
+- on Keras 3 (TF 2.21, the default), the one change the example itself needs there:
+  the optimizer's `variables` is a list, not a method. (Horovod takes Keras 3's variables
+  with tools/horovod-patches/keras3-variables.patch; unpatched it fails on `.ref`,
+  horovod#4290.)
 
     horovodrun -np 2 -H localhost:2 python -m tools.bench.horovod_example --steps=160 --out_dir=DIR
 """
@@ -36,11 +36,6 @@ import horovod.tensorflow as hvd
 from absl import app, flags
 
 from hvd_mnist.data import idx  # the IDX reader, for the data-loading line only
-
-
-def horovod_variables(variables):
-    """What Horovod 0.28.1 accepts: Keras 2's variables as they are, Keras 3's tf.Variables."""
-    return [v if isinstance(v, tf.Variable) else v.value for v in variables]
 
 
 def load_data(idx_dir):
@@ -100,15 +95,15 @@ def main(argv):
         # Horovod: add Horovod Distributed GradientTape.
         tape = hvd.DistributedGradientTape(tape)
 
-        grads = tape.gradient(loss_value, horovod_variables(mnist_model.trainable_variables))
+        grads = tape.gradient(loss_value, mnist_model.trainable_variables)
         opt.apply_gradients(zip(grads, mnist_model.trainable_variables))
 
         # Horovod: broadcast initial variable states from rank 0 to all other processes,
         # after the first gradient step to ensure optimizer initialization.
         if first_batch:
-            hvd.broadcast_variables(horovod_variables(mnist_model.variables), root_rank=0)
+            hvd.broadcast_variables(mnist_model.variables, root_rank=0)
             opt_variables = opt.variables() if callable(opt.variables) else opt.variables
-            hvd.broadcast_variables(horovod_variables(opt_variables), root_rank=0)
+            hvd.broadcast_variables(opt_variables, root_rank=0)
 
         return loss_value
 

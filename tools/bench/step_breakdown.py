@@ -75,9 +75,7 @@ def measure(precision: str, min_seconds: float = 1.0) -> dict:
 def _layer_pass(layer, layer_input, output, labels, loss_fn, needs_input_gradient: bool):
     """A tf.function: the layer's forward and its share of the backward pass."""
     import tensorflow as tf
-    from hvd_mnist.process import keras_compat
-
-    weights = keras_compat.tf_variables(layer.trainable_variables)
+    weights = layer.trainable_variables
     upstream = tf.random.normal(output.shape, dtype=tf.float32)
 
     @tf.function

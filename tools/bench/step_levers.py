@@ -37,7 +37,7 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
     respect to a zero probe variable, so it is averaged in the gradients' allreduce), or
     "none" (each rank's own loss)."""
     probe = tf.Variable(0.0, name="loss_probe")
-    weights = keras_compat.tf_variables(model.trainable_variables)
+    weights = model.trainable_variables
     sources = [*weights, probe]
 
     @tf.function(input_signature=[step_lib.image_spec(model), step_lib.LABEL_SPEC],

@@ -6,7 +6,6 @@ import dataclasses
 
 import tensorflow as tf
 
-from hvd_mnist.process import keras_compat
 from hvd_mnist.training import model as model_lib
 
 
@@ -15,7 +14,7 @@ class SyntheticTraining:
     model: tf.keras.Model
     optimizer: tf.keras.optimizers.Optimizer
     loss_fn: object
-    variables: list  # the trainable weights as tf.Variables (keras_compat.tf_variables)
+    variables: list  # the trainable weights
     images: tf.Tensor
     labels: tf.Tensor
 
@@ -40,6 +39,6 @@ def build(batch_size: int, precision: str = "float32", seed: int = 0) -> Synthet
     optimizer.build(model.trainable_variables)
     return SyntheticTraining(
         model, optimizer, model_lib.make_loss(),
-        keras_compat.tf_variables(model.trainable_variables),
+        model.trainable_variables,
         tf.random.uniform([batch_size, *model_lib.INPUT_SHAPE]),
         tf.random.uniform([batch_size], maxval=model_lib.NUM_CLASSES, dtype=tf.int64))
