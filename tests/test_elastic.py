@@ -5,6 +5,9 @@ and --resume from an elastic run's checkpoint.
 tests/elastic_jobs.py starts the jobs and reads back every process's --example_log:
 per epoch, every example must be trained exactly once by the steps that were kept, and
 only steps after the last commit may be rolled back and re-done.
+
+`make test` keeps the refusals and the run without failures; the fault jobs, a minute each
+on the slower CPUs, are marked long (make test-long, which .ci/run runs).
 """
 
 import json
@@ -36,6 +39,7 @@ def test_unsupported_combinations_are_refused_in_one_line(tiny_data_dir, flags, 
 
 
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir, tmp_path):
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)
@@ -89,6 +93,7 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
 
 
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_a_joining_worker_starts_from_rank_0s_state(tiny_data_dir, tmp_path):
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS[:1])
@@ -137,6 +142,7 @@ def test_without_failures_elastic_equals_a_normal_run_bitwise(tiny_data_dir, tmp
 
 
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_resume_continues_an_elastic_runs_checkpoint_exactly(tiny_data_dir, tmp_path):
     flags = ["--max_steps_per_epoch=6", "--deterministic"]
     hosts = tmp_path / "hosts"
@@ -166,6 +172,7 @@ def test_resume_continues_an_elastic_runs_checkpoint_exactly(tiny_data_dir, tmp_
 
 
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_a_worker_lost_in_a_commit_loses_nothing_committed(tiny_data_dir, tmp_path):
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)
@@ -183,6 +190,7 @@ def test_a_worker_lost_in_a_commit_loses_nothing_committed(tiny_data_dir, tmp_pa
 
 
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_rank_0_lost_in_a_checkpoint_save_the_new_rank_0_writes_it(tiny_data_dir, tmp_path):
     hosts = tmp_path / "hosts"
     write_hosts(hosts, HOSTS)

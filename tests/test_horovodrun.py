@@ -44,6 +44,7 @@ def test_two_ranks_end_identical_and_only_rank_0_writes(tiny_data_dir, tmp_path)
     assert result.stdout.count("final test loss") == 1, "only rank 0 may print"
 
 
+@pytest.mark.long
 def test_resume_continues_at_the_next_epoch(tiny_data_dir, tmp_path):
     common = [f"--data_dir={tiny_data_dir}", f"--model_dir={tmp_path}", *QUICK]
     first = horovodrun(2, trainer_command(*common, "--epochs=1"))

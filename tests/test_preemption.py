@@ -173,6 +173,7 @@ def test_checkpoint_every_minutes_saves_mid_epoch_on_rank_0s_clock(tiny_data_dir
     assert_bitwise_equal(final_weights(tmp_path), reference)
 
 
+@pytest.mark.long
 def test_an_elastic_run_resumes_a_mid_epoch_checkpoint_from_its_position(tiny_data_dir,
                                                                           tmp_path):
     flags = [*elastic.FLAGS, "--epochs=2", "--max_steps_per_epoch=6"]
