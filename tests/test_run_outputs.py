@@ -64,6 +64,11 @@ def test_without_a_terminal_progress_is_plain_lines_from_rank_0(finished_run):
     assert not re.search(rf"{rank_prefix(1)}epoch", result.stdout), "only rank 0 prints"
 
 
+def test_a_run_prints_no_python_warning(finished_run):
+    _, _, _, result = finished_run
+    assert "Warning:" not in result.stdout + result.stderr
+
+
 def rank_prefix(rank):
     """What horovodrun puts before a rank's output: [0]<stdout>: with Gloo, [1,0]<stdout>:
     where it launches through Open MPI's mpirun."""

@@ -204,7 +204,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
                 f"{batch} images per worker, {epochs} epochs"
                 + (" (literal Horovod example)" if config.keras_literal else ""))
-    model.fit(train_batches(config, job, epochs), epochs=epochs,
+    # shuffle=False: the batches come shuffled per rank and epoch; fit cannot shuffle a
+    # dataset, and on Keras 3 says so in a warning from every rank.
+    model.fit(train_batches(config, job, epochs), epochs=epochs, shuffle=False,
               steps_per_epoch=job.steps_per_epoch,
               validation_data=validation_batches(config, job), callbacks=callbacks,
               verbose=fit_verbosity(monitor.mode) if runtime.is_chief() else 0)
