@@ -112,7 +112,7 @@ REPEAT ?= 20
 REPEAT_TESTS ?= tests/test_faults.py tests/test_horovodrun.py tests/test_preemption.py \
   -k "every_rank or stops_the_job or refused or disk_full or sigterm"
 test-repeat: $(SETUP_STAMP)
-	tools/repeat_tests.sh $(REPEAT) $(BIN)/python -m "not hosts and not long" $(REPEAT_TESTS)
+	tools/repeat_tests.sh $(REPEAT) $(BIN)/python -m "not hosts" $(REPEAT_TESTS)
 
 # Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
 parity: $(SETUP_STAMP) $(DATA_STAMP)

@@ -192,6 +192,7 @@ def lock_holder(model_dir):
     return json.loads((model_dir / ownership.LOCK_FILE).read_text())
 
 
+@pytest.mark.long  # the lock itself is tests/test_ownership.py's; this is the whole job
 def test_a_second_job_on_a_live_model_dir_is_refused_and_the_first_ends_intact(
         tiny_data_dir, tmp_path, reference):
     model_dir, go_file = tmp_path / "model", tmp_path / "go"

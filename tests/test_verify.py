@@ -86,7 +86,9 @@ def verify(*flags, timeout=600):
                           env={**os.environ, **HOROVOD_TEST_ENV})
 
 
+# make test-hosts runs verify across two hosts; this one-host job is in make test-long.
 @pytest.mark.horovodrun
+@pytest.mark.long
 def test_two_workers_on_this_host_pass_and_model_dir_is_unchanged(tiny_data_dir, tmp_path):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
