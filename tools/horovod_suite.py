@@ -181,7 +181,7 @@ def run(args) -> None:
     installed = Path(subprocess.run(
         [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
         capture_output=True, text=True, check=True).stdout.strip())
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the ranks run in test/parallel, not here
     # A run of some controllers keeps the others' results from an earlier run.
     previous = out / "results.json"
     record = json.loads(previous.read_text()) if previous.exists() else {"controllers": {}}
