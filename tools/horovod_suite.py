@@ -235,15 +235,21 @@ def environment(args) -> dict:
             "host": platform.node(), "command": " ".join(sys.argv[1:])}
 
 
+def add_run_arguments(run_parser, what_python_runs: str) -> None:
+    """A run's arguments that tools/horovod_examples.py shares."""
+    run_parser.add_argument("--horovod_src", required=True)
+    run_parser.add_argument("--python", required=True,
+                            help=f"the Python that runs {what_python_runs}")
+    run_parser.add_argument("--horovodrun", required=True)
+    run_parser.add_argument("--pins", required=True, help="the pins file naming the patches")
+    run_parser.add_argument("--controllers", nargs="+", default=["gloo"])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
     run_parser = sub.add_parser("run", help="run the suite, then write the report")
-    run_parser.add_argument("--horovod_src", required=True)
-    run_parser.add_argument("--python", required=True, help="the Python that runs pytest")
-    run_parser.add_argument("--horovodrun", required=True)
-    run_parser.add_argument("--pins", required=True, help="the pins file naming the patches")
-    run_parser.add_argument("--controllers", nargs="+", default=["gloo"])
+    add_run_arguments(run_parser, "pytest")
     run_parser.add_argument("--files", nargs="+", default=list(FILES))
     run_parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                             help="one stage again, keeping the other's earlier results")
@@ -260,9 +266,14 @@ def main(argv=None) -> None:
                              "v0.28.1 source tree (no test/parallel/test_tensorflow.py)")
         run(args)
     from tools import horovod_suite_report
+    write_report(args, horovod_suite_report.render, "horovod-suite")
+
+
+def write_report(args, render, label: str) -> None:
+    """args.report, rendered from args.out's results.json."""
     record = json.loads((Path(args.out) / "results.json").read_text())
-    Path(args.report).write_text(horovod_suite_report.render(record))
-    print(f"horovod-suite: wrote {args.report}")
+    Path(args.report).write_text(render(record))
+    print(f"{label}: wrote {args.report}")
 
 
 if __name__ == "__main__":
