@@ -136,3 +136,17 @@ def test_the_report_names_what_the_patches_fixed_broke_and_left_with_its_evidenc
     still = [line for line in text.splitlines() if "`test_sparse_as_dense`" in line]
     assert len(still) == 1 and "`lr=`" in still[0] and still[0].endswith("| passes |")
     assert "abc1234" in text and "AVX2-only" in text
+
+
+def test_an_integration_file_is_one_process_and_gets_its_own_section():
+    from tools import horovod_suite_report
+    assert set(horovod_suite.INTEGRATION_FILES).isdisjoint(horovod_suite.FILES)
+    one = {"results": {"a::b": ("passed", "")}, "seconds": 5, "timed_out": False,
+           "ranks_reported": 1, "ranks": 1}
+    assert horovod_suite_report._cell(one) == "1 / 0 / 0"
+    assert horovod_suite_report._cell({**one, "ranks_reported": 0, "results": {}}) \
+        == "0 / 0 / 0 (0 of 1 ranks reported)"
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    section = "\n".join(horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"before": one, "after": one}}, env))
+    assert section.startswith("## Integration\n\ntest/integration's files, each under plain")

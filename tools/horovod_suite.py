@@ -8,6 +8,12 @@ package, put first on PYTHONPATH (horovodrun hands its environment to the worker
 file runs under `horovodrun -np 2` with a timeout and Horovod's stall check; each rank
 writes a JUnit file, and a test counts as failed when it failed on any rank.
 
+test/integration's TensorFlow 2 elastic and static-run files run under plain pytest in
+one process (their tests start horovodrun themselves, elastic ones on two local "hosts"
+of two slots each, localhost and 127.0.0.1; static-run's mixed and remote modes skip
+themselves without password-less ssh to localhost), with the venv's bin first on PATH for
+the `python` their workers run.
+
 A test still failing after the patches is run again in a scratch copy of its file in which
 only that test's own use of an API Keras 3 or NumPy 2 removed is changed
 (tools/horovod_suite_cases.py): passing there shows the failure is the test's, not Horovod's.
@@ -31,6 +37,7 @@ from tools import horovod_suite_cases  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("test_tensorflow.py", "test_tensorflow_process_sets.py", "test_tensorflow2_keras.py",
          "test_tensorflow2_keras_process_sets.py", "test_common.py")
+INTEGRATION_FILES = ("test_elastic_tensorflow2.py", "test_static_run.py")
 STAGES = ("before", "after")
 # What one test's ranks together say: a failure on any rank is a failure.
 OUTCOME_RANK = {"failed": 3, "passed": 2, "skipped": 1}
@@ -115,8 +122,9 @@ def counts(results: dict) -> dict[str, int]:
 
 def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: Path,
              junit_dir: Path, node_ids=()) -> dict:
-    """One file's tests (or the given node ids) under horovodrun -np 2; the ranks' results,
-    combined, with the wall time and whether it ended by itself."""
+    """One file's tests (or the given node ids) under horovodrun -np 2 (test/integration's:
+    pytest alone); the ranks' results, combined, with the wall time and whether it ended
+    by itself."""
     junit_dir.mkdir(parents=True, exist_ok=True)
     stem = Path(test_file).stem
     for old in junit_dir.glob(f"{stem}.rank*.xml"):
@@ -129,6 +137,11 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
     command = [args.horovodrun, f"--{controller}", "-np", "2", "-H", "localhost:2",
                "sh", "-c", worker]
     env = {**os.environ, **STALL_ENV, "PYTHONPATH": str(pythonpath)}
+    ranks = 2
+    if test_file in INTEGRATION_FILES:
+        command = ["sh", "-c", worker.replace("${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}", "0")]
+        env["PATH"] = f"{Path(args.python).parent}{os.pathsep}{env['PATH']}"
+        ranks = 1
     start = time.monotonic()
     log = junit_dir / f"{stem}.{controller}.log"
     with log.open("w") as out:
@@ -139,9 +152,10 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
         except subprocess.TimeoutExpired:
             timed_out = True
     per_rank = [parse_junit(p.read_text()) for p in sorted(junit_dir.glob(f"{stem}.rank*.xml"))]
-    results = combine_ranks(per_rank) if len(per_rank) == 2 else {}
+    results = combine_ranks(per_rank) if len(per_rank) == ranks else {}
     return {"results": results, "seconds": round(time.monotonic() - start),
-            "timed_out": timed_out, "ranks_reported": len(per_rank), "log": str(log)}
+            "timed_out": timed_out, "ranks_reported": len(per_rank), "ranks": ranks,
+            "log": str(log)}
 
 
 def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, still_failing,
@@ -176,7 +190,7 @@ def _node_id(test_file: str, test_id: str) -> str:
 
 
 def run(args) -> None:
-    test_dir = Path(args.horovod_src) / "test" / "parallel"
+    tests = Path(args.horovod_src) / "test"
     patches = python_only(patches_from_pins(Path(args.pins)))
     installed = Path(subprocess.run(
         [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
@@ -186,7 +200,13 @@ def run(args) -> None:
     previous = out / "results.json"
     record = json.loads(previous.read_text()) if previous.exists() else {"controllers": {}}
     record["patches"] = [p.name for p in patches]
-    for controller in args.controllers:
+    for controller in args.controllers + (["integration"] if args.integration_files else []):
+        # test/integration's files run once, outside horovodrun; they pick their controllers.
+        integration = controller == "integration"
+        test_dir = tests / ("integration" if integration else "parallel")
+        files = args.integration_files if integration else args.files
+        if not files:
+            continue  # an earlier run's results for it stay as they are
         if set(args.stages) == set(STAGES):
             record["controllers"][controller] = {}
         record["controllers"].setdefault(controller, {})
@@ -194,7 +214,7 @@ def run(args) -> None:
         for stage in args.stages:
             overlay = out / "overlay" / stage
             make_overlay(installed, patches, stage, overlay)
-            for test_file in args.files:
+            for test_file in files:
                 print(f"horovod-suite: {controller} {stage} {test_file}", flush=True)
                 result = run_file(args, controller, test_dir, test_file, overlay,
                                   out / "junit" / controller / stage)
@@ -250,7 +270,8 @@ def main(argv=None) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     run_parser = sub.add_parser("run", help="run the suite, then write the report")
     add_run_arguments(run_parser, "pytest")
-    run_parser.add_argument("--files", nargs="+", default=list(FILES))
+    run_parser.add_argument("--files", nargs="*", default=list(FILES))
+    run_parser.add_argument("--integration_files", nargs="*", default=list(INTEGRATION_FILES))
     run_parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                             help="one stage again, keeping the other's earlier results")
     run_parser.add_argument("--timeout", type=int, default=FILE_TIMEOUT_SECONDS)

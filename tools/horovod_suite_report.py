@@ -38,13 +38,18 @@ def _cell(result: dict) -> str:
     text = f"{tally['passed']} / {tally['failed']} / {tally['skipped']}"
     if result["timed_out"]:
         text += " (timed out)"
-    elif result["ranks_reported"] != 2:
-        text += f" ({result['ranks_reported']} of 2 ranks reported)"
+    elif result["ranks_reported"] != result.get("ranks", 2):
+        text += f" ({result['ranks_reported']} of {result.get('ranks', 2)} ranks reported)"
     return text
 
 
 def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
-    lines = [f"## {controller.capitalize()}", "", *_environment_lines(env),
+    lines = [f"## {controller.capitalize()}", ""]
+    if controller == "integration":
+        lines += ["test/integration's files, each under plain `python -m pytest` (no "
+                  "horovodrun around it: their tests launch horovodrun themselves, through "
+                  "Horovod's own launcher functions); counts are of that one process.", ""]
+    lines += [*_environment_lines(env),
              "| file | before: passed / failed / skipped | after | after's wall time |",
              "|---|---|---|---|"]
     for test_file, stages in files.items():
