@@ -207,9 +207,10 @@ def run(args) -> None:
         files = args.integration_files if integration else args.files
         if not files:
             continue  # an earlier run's results for it stay as they are
-        if set(args.stages) == set(STAGES):
-            record["controllers"][controller] = {}
         record["controllers"].setdefault(controller, {})
+        if set(args.stages) == set(STAGES):
+            for test_file in files:
+                record["controllers"][controller].pop(test_file, None)
         record.setdefault("environments", {})[controller] = environment(args)
         for stage in args.stages:
             overlay = out / "overlay" / stage
