@@ -69,6 +69,8 @@ def test_the_elastic_example_discovers_one_host_of_two_slots_the_others_get_it_f
     assert elastic[:9] == ["/v/horovodrun", "--gloo", "-np", "2", "--min-np", "1", "--max-np",
                            "2", "--host-discovery-script"]
     assert elastic[9] == str(script) and os.access(script, os.X_OK)
+    assert elastic[10:] == ["--network-interface", "lo", "/v/python",
+                            "tensorflow2_mnist_elastic.py"]
     assert script.read_text().splitlines()[-1] == "echo localhost:2"
 
 

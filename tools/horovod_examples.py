@@ -100,11 +100,14 @@ def edited_example(source: str, name: str, idx_dir: str) -> str:
 
 def horovodrun_command(args, controller: str, name: str, scratch: Path) -> list[str]:
     if EXAMPLES[name]["elastic"]:
-        # Elastic runs on Gloo alone; the script lists this one host with two slots.
+        # Elastic runs on Gloo alone; the script lists this one host with two slots. Without
+        # a named interface the elastic driver waits for a second host to find the hosts'
+        # common interface (gloo_run._get_min_start_hosts): name the loopback.
         discovery = scratch / "discover_hosts.sh"
         discovery.write_text("#!/bin/sh\necho localhost:2\n")
         discovery.chmod(0o755)
-        hosts = ["--min-np", "1", "--max-np", "2", "--host-discovery-script", str(discovery)]
+        hosts = ["--min-np", "1", "--max-np", "2", "--host-discovery-script", str(discovery),
+                 "--network-interface", "lo"]
     else:
         hosts = ["-H", "localhost:2"]
     return [args.horovodrun, f"--{controller}", "-np", "2", *hosts, args.python,
