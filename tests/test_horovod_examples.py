@@ -78,9 +78,9 @@ GLOO_LOG = """[0]<stdout>:Step #0\tLoss: 2.301131
 [1]<stderr>:2026-12-03 W tensorflow warning
 [0]<stdout>:Step #290\tLoss: 0.132910
 """
-KERAS_LOG = """[1,0]<stdout>:Epoch 4/4
-[1,0]<stdout>:\r 1/100 [....] - loss: 0.5\r100/100 - 31s - 310ms/step - accuracy: 0.9641 - loss: 0.1196
-"""
+KERAS_LOG = ("[1,0]<stdout>:Epoch 4/4\n[1,0]<stdout>:\r\x1b[1m  1/100\x1b[0m \x1b[32m━\x1b[0m - "
+             "loss: 0.5\x08\x08[1,0]<stdout>:\r\x1b[1m100/100\x1b[0m \x1b[32m━━\x1b[0m - 31s - 310ms/step - accuracy: "
+             "0.9641 - loss: 0.1196\n")
 FAILED_LOG = """[0]<stderr>:Traceback (most recent call last):
 [0]<stderr>:AttributeError: 'Variable' object has no attribute 'ref'
 [1]<stderr>:AttributeError: 'Variable' object has no attribute 'ref'

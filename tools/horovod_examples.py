@@ -116,7 +116,11 @@ def horovodrun_command(args, controller: str, name: str, scratch: Path) -> list[
 
 LOSS_LINE = re.compile(r"(Step #\d+\s+Loss: \S+|\d+/\d+ .*loss: .*)$")
 ERROR_LINE = re.compile(r"^\w+(\.\w+)*(Error|Exception)\b")
-OUTPUT_PREFIX = re.compile(r"^\[[\d,]+\]<std(out|err)>:")
+# horovodrun's prefix starts every chunk a worker writes, so also after a carriage return.
+OUTPUT_PREFIX = re.compile(r"\[[\d,]+\]<std(out|err)>:")
+# Keras's progress bar: its colours and backspaces, then the bar itself.
+PROGRESS_CONTROLS = re.compile(r"\x1b\[[0-9;]*m|\x08")
+PROGRESS_BAR = re.compile(r"\s*━+")
 
 
 def summarize(log: str) -> dict:
@@ -124,16 +128,25 @@ def summarize(log: str) -> dict:
     rather than the launcher's report of it), without horovodrun's `[rank]<stdout>:`."""
     worker_lines, launcher_lines = [], []
     for line in log.split("\n"):
-        stripped = OUTPUT_PREFIX.sub("", line)
+        clean = PROGRESS_CONTROLS.sub("", OUTPUT_PREFIX.sub("", line))
+        clean = PROGRESS_BAR.sub("", clean)
         # A progress bar rewrites its line with carriage returns: each state is a line.
-        (worker_lines if stripped != line else launcher_lines).extend(
-            part.strip() for part in stripped.split("\r"))
+        (worker_lines if OUTPUT_PREFIX.match(line) else launcher_lines).extend(
+            part.strip() for part in clean.split("\r"))
     losses = [found.group(1) for line in worker_lines if (found := LOSS_LINE.search(line))]
     errors = ([line for line in worker_lines if ERROR_LINE.match(line)]
               or [line for line in launcher_lines
                   if ERROR_LINE.match(line) or "exited with" in line])
     return {"first_loss": losses[0] if losses else "", "last_loss": losses[-1] if losses else "",
             "loss_lines": len(losses), "error": errors[-1] if errors else ""}
+
+
+def summarize_again(record: dict) -> None:
+    """Each run's summary read again from its kept log (the log is the record)."""
+    for stages in (s for example in record["runs"].values() for s in example.values()):
+        for run in stages.values():
+            if Path(run["log"]).exists():
+                run.update(summarize(Path(run["log"]).read_text()))
 
 
 def load_average() -> float:
@@ -214,6 +227,11 @@ def main(argv=None) -> None:
                              f"v0.28.1 source tree (no {missing[0]})")
         run(args)
     from tools import horovod_examples_report
+    if args.action == "report":
+        results = Path(args.out) / "results.json"
+        record = json.loads(results.read_text())
+        summarize_again(record)
+        results.write_text(json.dumps(record, indent=1))
     horovod_suite.write_report(args, horovod_examples_report.render, "horovod-examples")
 
 
