@@ -14,10 +14,16 @@ from tools.horovod_examples import DATA_LINE, EXAMPLES, Edit
 EXAMPLE = f"""    (mnist_images, mnist_labels), _ = \\
         {DATA_LINE}
     opt = tf.optimizers.Adam(0.001 * hvd.size())
+    mnist_model = tf.keras.Sequential([])
         if first_batch:
             hvd.broadcast_variables(mnist_model.variables, root_rank=0)
             hvd.broadcast_variables(opt.variables(), root_rank=0)
     for batch, (images, labels) in enumerate(dataset.take(10000 // hvd.size())):
+        pass
+
+
+if __name__ == '__main__':
+    main()
 """
 
 
@@ -27,7 +33,9 @@ def test_the_data_line_reads_the_idx_files_and_the_listed_edits_are_made():
     assert ("    (mnist_images, mnist_labels), _ = \\\n        __import__('tools.bench.horovod_"
             "example').bench.horovod_example.load_data('/data/idx')\n") in edited
     assert "opt.variables, root_rank=0" in edited and "opt.variables()" not in edited
-    assert "dataset.take(600 // hvd.size())" in edited
+    assert "dataset.take(400 // hvd.size())" in edited
+    check, main = edited.split("\n\n\nif __name__ == '__main__':")
+    assert check.endswith("        print('Weight spread across ranks: %g' % spread)")
 
 
 def test_the_data_call_names_a_function_that_returns_what_keras_load_data_returns():
@@ -77,6 +85,7 @@ def test_the_elastic_example_discovers_one_host_of_two_slots_the_others_get_it_f
 GLOO_LOG = """[0]<stdout>:Step #0\tLoss: 2.301131
 [1]<stderr>:2026-12-03 W tensorflow warning
 [0]<stdout>:Step #290\tLoss: 0.132910
+[0]<stdout>:Weight spread across ranks: 0
 """
 KERAS_LOG = ("[1,0]<stdout>:Epoch 4/4\n[1,0]<stdout>:\r\x1b[1m  1/100\x1b[0m \x1b[32m━\x1b[0m - "
              "loss: 0.5\x08\x08[1,0]<stdout>:\r\x1b[1m100/100\x1b[0m \x1b[32m━━\x1b[0m - 31s - 310ms/step - accuracy: "
@@ -91,7 +100,7 @@ horovodrun: process 0 exited with non-zero status 1
 def test_a_log_gives_its_first_and_last_loss_lines_and_its_last_error_line():
     assert horovod_examples.summarize(GLOO_LOG) == {
         "first_loss": "Step #0\tLoss: 2.301131", "last_loss": "Step #290\tLoss: 0.132910",
-        "loss_lines": 2, "error": ""}
+        "loss_lines": 2, "error": "", "weight_spread": "0"}
     keras = horovod_examples.summarize(KERAS_LOG)
     assert keras["last_loss"] == "100/100 - 31s - 310ms/step - accuracy: 0.9641 - loss: 0.1196"
     failed = horovod_examples.summarize(FAILED_LOG)
@@ -117,6 +126,6 @@ def test_the_report_lists_each_edit_with_its_reason_and_each_run():
     assert ("| gloo | before | **failed**, exit 1: `AttributeError: 'Variable' object has no "
             "attribute 'ref'` | 42 s | none | none |") in text
     assert ("| gloo | after | ran to the end (2 loss lines) | 42 s | `Step #0\tLoss: 2.301131` "
-            "| `Step #290\tLoss: 0.132910` |") in text
+            "| `Step #290\tLoss: 0.132910` | 0 |") in text
     assert "- `hvd.broadcast_variables(opt.variables(), root_rank=0)` -> " in text
     assert "the machine was shared" in text and "AVX2-only" in text and "abc1234" in text

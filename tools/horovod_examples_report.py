@@ -52,14 +52,15 @@ def _example_section(name: str, controllers: dict) -> list[str]:
                      f"{edit.why}.")
     first = next(iter(next(iter(controllers.values())).values()))
     lines += ["", f"Command (from the scratch copy's directory): `{first['command']}`", "",
-              "| controller | stage | result | wall time | first loss line | last loss line |",
-              "|---|---|---|---|---|---|"]
+              "| controller | stage | result | wall time | first loss line | last loss line "
+              "| weight spread across ranks |", "|---|---|---|---|---|---|---|"]
     for controller, stages in controllers.items():
         for stage in ("before", "after"):
             if stage in stages:
                 run = stages[stage]
                 lines.append(f"| {controller} | {stage} | {_result(run)} | {run['seconds']} s "
-                             f"| {_code(run['first_loss'])} | {_code(run['last_loss'])} |")
+                             f"| {_code(run['first_loss'])} | {_code(run['last_loss'])} "
+                             f"| {run.get('weight_spread') or 'none'} |")
     return lines + [""]
 
 
