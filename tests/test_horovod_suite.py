@@ -150,3 +150,17 @@ def test_an_integration_file_is_one_process_and_gets_its_own_section():
     section = "\n".join(horovod_suite_report._controller_section(
         "integration", {"test_static_run.py": {"before": one, "after": one}}, env))
     assert section.startswith("## Integration\n\ntest/integration's files, each under plain")
+
+
+def test_a_section_run_with_other_patches_than_the_header_names_its_own():
+    from tools import horovod_suite_report
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    one = {"results": {}, "seconds": 5, "timed_out": False, "ranks_reported": 1, "ranks": 1}
+    record = {"patches": ["a.patch"],
+              "environments": {"gloo": {**env, "patches": ["a.patch"]},
+                               "integration": {**env, "patches": ["a.patch", "b.patch"]}},
+              "controllers": {"gloo": {}, "integration": {"test_static_run.py":
+                                                          {"before": one, "after": one}}}}
+    text = horovod_suite_report.render(record)
+    assert text.count("in this section") == 1
+    assert "- patches reversed before and applied after in this section: a.patch, b.patch" in text

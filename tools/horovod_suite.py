@@ -199,7 +199,8 @@ def run(args) -> None:
     # A run of some controllers keeps the others' results from an earlier run.
     previous = out / "results.json"
     record = json.loads(previous.read_text()) if previous.exists() else {"controllers": {}}
-    record["patches"] = [p.name for p in patches]
+    # The report's header names the first run's patches; a section run with others names its own.
+    record.setdefault("patches", [p.name for p in patches])
     for controller in args.controllers + (["integration"] if args.integration_files else []):
         # test/integration's files run once, outside horovodrun; they pick their controllers.
         integration = controller == "integration"
@@ -211,7 +212,8 @@ def run(args) -> None:
         if set(args.stages) == set(STAGES):
             for test_file in files:
                 record["controllers"][controller].pop(test_file, None)
-        record.setdefault("environments", {})[controller] = environment(args)
+        record.setdefault("environments", {})[controller] = {
+            **environment(args), "patches": [p.name for p in patches]}
         for stage in args.stages:
             overlay = out / "overlay" / stage
             make_overlay(installed, patches, stage, overlay)

@@ -22,7 +22,10 @@ def render(record: dict) -> str:
         "",
     ]
     for controller, files in record["controllers"].items():
-        lines += _controller_section(controller, files, record["environments"][controller])
+        env = record["environments"][controller]
+        if env.get("patches", record["patches"]) != record["patches"]:
+            env = {**env, "toggled": env["patches"]}
+        lines += _controller_section(controller, files, env)
     return "\n".join(lines) + "\n"
 
 
@@ -30,7 +33,9 @@ def _environment_lines(env: dict) -> list[str]:
     return [f"- command: `python tools/horovod_suite.py {env['command']}`",
             f"- CPU: {env['cpu']}",
             f"- commit: {env['commit']}, {env['date']}",
-            "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
+            "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+            *([f"- patches reversed before and applied after in this section: "
+               + ", ".join(env["toggled"])] if "toggled" in env else []), ""]
 
 
 def _cell(result: dict) -> str:
