@@ -164,3 +164,18 @@ def test_a_section_run_with_other_patches_than_the_header_names_its_own():
     text = horovod_suite_report.render(record)
     assert text.count("in this section") == 1
     assert "- patches reversed before and applied after in this section: a.patch, b.patch" in text
+
+
+def test_a_run_stops_unless_its_python_imports_the_overlays_horovod(tmp_path):
+    import os
+    import sys
+    overlay = tmp_path / "overlay"
+    (overlay / "horovod").mkdir(parents=True)
+    (overlay / "horovod" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(overlay)}
+    horovod_suite.check_overlay(sys.executable, env, tmp_path, overlay)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    relative = {**os.environ, "PYTHONPATH": "overlay"}  # relative to another directory
+    with pytest.raises(SystemExit, match="not the overlay"):
+        horovod_suite.check_overlay(sys.executable, relative, elsewhere, overlay)

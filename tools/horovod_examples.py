@@ -177,7 +177,7 @@ def load_average() -> float:
 
 
 def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> dict:
-    scratch = Path(args.out) / "scratch" / controller / stage / name
+    scratch = Path(args.out).resolve() / "scratch" / controller / stage / name
     if scratch.exists():
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
@@ -187,6 +187,7 @@ def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> 
     # The overlay's horovod first, then this repository (the data line imports from it).
     env = {**os.environ, **horovod_suite.STALL_ENV,
            "PYTHONPATH": f"{overlay}{os.pathsep}{ROOT}"}
+    horovod_suite.check_overlay(args.python, env, scratch, overlay)
     log = scratch / "horovodrun.log"
     load_before, start = load_average(), time.monotonic()
     with log.open("w") as out:
@@ -206,7 +207,8 @@ def run(args) -> None:
     installed = Path(subprocess.run(
         [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
         capture_output=True, text=True, check=True).stdout.strip())
-    out = Path(args.out)
+    # Absolute: the runs' working directories are elsewhere, and PYTHONPATH names the overlay.
+    out = Path(args.out).resolve()
     previous = out / "results.json"  # runs of some examples keep the others' results
     record = json.loads(previous.read_text()) if previous.exists() else {"runs": {}}
     record["patches"] = [p.name for p in patches]

@@ -83,6 +83,16 @@ def make_overlay(installed: Path, patches: list[Path], stage: str, dest: Path) -
         subprocess.run(args, stdin=patch.open(), check=True)
 
 
+def check_overlay(python: str, env: dict, cwd: Path, overlay: Path) -> None:
+    """Stops the run unless `python`, started as the runs start it, imports the overlay's
+    horovod (a relative PYTHONPATH from another directory silently gives the installed one)."""
+    found = subprocess.run([python, "-c", "import horovod; print(horovod.__file__)"], env=env,
+                           cwd=cwd, capture_output=True, text=True).stdout.strip()
+    if not found.startswith(f"{overlay}{os.sep}"):
+        raise SystemExit(f"horovod-suite: the runs would import {found or 'no horovod'}, "
+                         f"not the overlay {overlay}")
+
+
 def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
     """{test id: (passed|failed|skipped, first line of the failure or skip message)}."""
     results = {}
@@ -137,6 +147,7 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
     command = [args.horovodrun, f"--{controller}", "-np", "2", "-H", "localhost:2",
                "sh", "-c", worker]
     env = {**os.environ, **STALL_ENV, "PYTHONPATH": str(pythonpath)}
+    check_overlay(args.python, env, test_dir, pythonpath)
     ranks = 2
     if test_file in INTEGRATION_FILES:
         command = ["sh", "-c", worker.replace("${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}", "0")]
@@ -195,7 +206,8 @@ def run(args) -> None:
     installed = Path(subprocess.run(
         [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
         capture_output=True, text=True, check=True).stdout.strip())
-    out = Path(args.out)
+    # Absolute: the runs' working directories are elsewhere, and PYTHONPATH names the overlay.
+    out = Path(args.out).resolve()
     # A run of some controllers keeps the others' results from an earlier run.
     previous = out / "results.json"
     record = json.loads(previous.read_text()) if previous.exists() else {"controllers": {}}
