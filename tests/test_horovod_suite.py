@@ -179,3 +179,13 @@ def test_a_run_stops_unless_its_python_imports_the_overlays_horovod(tmp_path):
     relative = {**os.environ, "PYTHONPATH": "overlay"}  # relative to another directory
     with pytest.raises(SystemExit, match="not the overlay"):
         horovod_suite.check_overlay(sys.executable, relative, elsewhere, overlay)
+
+
+def test_a_stage_not_run_says_so():
+    from tools import horovod_suite_report
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    after = {"results": {"t::a": ("passed", "")}, "seconds": 5, "timed_out": False,
+             "ranks_reported": 1, "ranks": 1}
+    section = horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"after": after}}, env)
+    assert "| test_static_run.py | not run | 1 / 0 / 0 | 5 s |" in section

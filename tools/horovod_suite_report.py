@@ -38,7 +38,9 @@ def _environment_lines(env: dict) -> list[str]:
                + ", ".join(env["toggled"])] if "toggled" in env else []), ""]
 
 
-def _cell(result: dict) -> str:
+def _cell(result) -> str:
+    if result is None:
+        return "not run"
     tally = counts(result["results"])
     text = f"{tally['passed']} / {tally['failed']} / {tally['skipped']}"
     if result["timed_out"]:
@@ -58,11 +60,12 @@ def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
              "| file | before: passed / failed / skipped | after | after's wall time |",
              "|---|---|---|---|"]
     for test_file, stages in files.items():
-        lines.append(f"| {test_file} | {_cell(stages['before'])} | {_cell(stages['after'])} "
-                     f"| {stages['after']['seconds']} s |")
+        seconds = f"{stages['after']['seconds']} s" if "after" in stages else ""
+        lines.append(f"| {test_file} | {_cell(stages.get('before'))} "
+                     f"| {_cell(stages.get('after'))} | {seconds} |")
     fixed, broken, still = [], [], []
     for test_file, stages in files.items():
-        before, after = stages["before"]["results"], stages["after"]["results"]
+        before, after = (stages.get(s, {}).get("results", {}) for s in ("before", "after"))
         for test_id, (outcome, message) in sorted(after.items()):
             was = before.get(test_id, ("missing", ""))[0]
             if outcome == "failed":
