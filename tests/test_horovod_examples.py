@@ -91,6 +91,7 @@ KERAS_LOG = ("[1,0]<stdout>:Epoch 4/4\n[1,0]<stdout>:\r\x1b[1m  1/100\x1b[0m \x1
              "loss: 0.5\x08\x08[1,0]<stdout>:\r\x1b[1m100/100\x1b[0m \x1b[32m━━\x1b[0m - 31s - 310ms/step - accuracy: "
              "0.9641 - loss: 0.1196\n")
 FAILED_LOG = """[0]<stderr>:Traceback (most recent call last):
+[0]<stderr>:    File "/o/before/horovod/tensorflow/__init__.py", line 1063, in gradient  *
 [0]<stderr>:AttributeError: 'Variable' object has no attribute 'ref'
 [1]<stderr>:AttributeError: 'Variable' object has no attribute 'ref'
 horovodrun: process 0 exited with non-zero status 1
@@ -100,13 +101,14 @@ horovodrun: process 0 exited with non-zero status 1
 def test_a_log_gives_its_first_and_last_loss_lines_and_its_last_error_line():
     assert horovod_examples.summarize(GLOO_LOG) == {
         "first_loss": "Step #0\tLoss: 2.301131", "last_loss": "Step #290\tLoss: 0.132910",
-        "loss_lines": 2, "error": "", "weight_spread": "0"}
+        "loss_lines": 2, "error": "", "weight_spread": "0", "horovod_frame": ""}
     keras = horovod_examples.summarize(KERAS_LOG)
     assert keras["last_loss"] == "100/100 - 31s - 310ms/step - accuracy: 0.9641 - loss: 0.1196"
     failed = horovod_examples.summarize(FAILED_LOG)
     assert failed["last_loss"] == ""
     assert failed["error"] == "AttributeError: 'Variable' object has no attribute 'ref'"
-    launcher_only = horovod_examples.summarize(FAILED_LOG.split("\n", 3)[-1])
+    assert failed["horovod_frame"] == "horovod/tensorflow/__init__.py:1063 (gradient)"
+    launcher_only = horovod_examples.summarize(FAILED_LOG.split("\n", 4)[-1])
     assert launcher_only["error"] == "horovodrun: process 0 exited with non-zero status 1"
 
 
@@ -124,7 +126,8 @@ def test_the_report_lists_each_edit_with_its_reason_and_each_run():
                                                       "after": run(0, GLOO_LOG)}}}}
     text = horovod_examples_report.render(record)
     assert ("| gloo | before | **failed**, exit 1: `AttributeError: 'Variable' object has no "
-            "attribute 'ref'` | 42 s | none | none |") in text
+            "attribute 'ref'`, raised in horovod/tensorflow/__init__.py:1063 (gradient) "
+            "| 42 s | none | none | none |") in text
     assert ("| gloo | after | ran to the end (2 loss lines) | 42 s | `Step #0\tLoss: 2.301131` "
             "| `Step #290\tLoss: 0.132910` | 0 |") in text
     assert "- `hvd.broadcast_variables(opt.variables(), root_rank=0)` -> " in text

@@ -136,6 +136,7 @@ def horovodrun_command(args, controller: str, name: str, scratch: Path) -> list[
 
 LOSS_LINE = re.compile(r"(Step #\d+\s+Loss: \S+|\d+/\d+ .*loss: .*)$")
 SPREAD_LINE = re.compile(r"^Weight spread across ranks: (\S+)$")
+HOROVOD_FRAME = re.compile(r'^File ".*/(horovod/[^"]+)", line (\d+), in (\S+)')
 ERROR_LINE = re.compile(r"^\w+(\.\w+)*(Error|Exception)\b")
 # horovodrun's prefix starts every chunk a worker writes, so also after a carriage return.
 OUTPUT_PREFIX = re.compile(r"\[[\d,]+\]<std(out|err)>:")
@@ -159,9 +160,13 @@ def summarize(log: str) -> dict:
               or [line for line in launcher_lines
                   if ERROR_LINE.match(line) or "exited with" in line])
     spreads = [found.group(1) for line in worker_lines if (found := SPREAD_LINE.match(line))]
+    # Where in Horovod's code a failure was raised: the last traceback frame inside it.
+    frames = [f"{found.group(1)}:{found.group(2)} ({found.group(3)})"
+              for line in worker_lines if (found := HOROVOD_FRAME.match(line))]
     return {"first_loss": losses[0] if losses else "", "last_loss": losses[-1] if losses else "",
             "loss_lines": len(losses), "error": errors[-1] if errors else "",
-            "weight_spread": spreads[-1] if spreads else ""}
+            "weight_spread": spreads[-1] if spreads else "",
+            "horovod_frame": frames[-1] if frames and errors else ""}
 
 
 def summarize_again(record: dict) -> None:

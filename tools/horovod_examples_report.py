@@ -69,7 +69,8 @@ def _result(run: dict) -> str:
         return f"ran to the end ({run['loss_lines']} loss lines)"
     if run["returncode"] == "timeout":
         return "**timed out**"
-    return f"**failed**, exit {run['returncode']}: {_code(run['error'][:160])}"
+    where = f", raised in {run['horovod_frame']}" if run.get("horovod_frame") else ""
+    return f"**failed**, exit {run['returncode']}: {_code(run['error'][:160])}{where}"
 
 
 def _one_line(text: str) -> str:
