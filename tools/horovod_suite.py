@@ -152,6 +152,8 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
     if test_file in INTEGRATION_FILES:
         command = ["sh", "-c", worker.replace("${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}", "0")]
         env["PATH"] = f"{Path(args.python).parent}{os.pathsep}{env['PATH']}"
+        # What test/conftest.py adds, which pytest started in test/integration does not load.
+        env["PYTHONPATH"] += f"{os.pathsep}{test_dir.parent / 'utils'}"
         ranks = 1
     start = time.monotonic()
     log = junit_dir / f"{stem}.{controller}.log"
