@@ -48,8 +48,13 @@ def _example_section(name: str, controllers: dict) -> list[str]:
     example = EXAMPLES[name]
     lines = [f"## {example['path']}", "", "Edits beyond the data line:", ""]
     for edit in example["edits"]:
-        lines.append(f"- `{_one_line(edit.old)}` -> `{_one_line(edit.new) or '(removed)'}`: "
-                     f"{edit.why}.")
+        if edit.new.startswith(edit.old) or edit.new.endswith(edit.old):  # lines added
+            added = edit.new.replace(edit.old, "").strip("\n")
+            lines += [f"- {edit.why}; added before `{_one_line(edit.old)}`:", "",
+                      "  ```python", *(f"  {line}" for line in added.splitlines()), "  ```"]
+        else:
+            lines.append(f"- `{_one_line(edit.old)}` -> `{_one_line(edit.new) or '(removed)'}`: "
+                         f"{edit.why}.")
     first = next(iter(next(iter(controllers.values())).values()))
     lines += ["", f"Command (from the scratch copy's directory): `{first['command']}`", "",
               "| controller | stage | result | wall time | first loss line | last loss line "
