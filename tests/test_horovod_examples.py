@@ -131,4 +131,6 @@ def test_the_report_lists_each_edit_with_its_reason_and_each_run():
     assert ("| gloo | after | ran to the end (2 loss lines) | 42 s | `Step #0\tLoss: 2.301131` "
             "| `Step #290\tLoss: 0.132910` | 0 |") in text
     assert "- `hvd.broadcast_variables(opt.variables(), root_rank=0)` -> " in text
+    assert ("added before `if __name__ == '__main__':`:\n\n  ```python\n      # (added) The "
+            "largest spread") in text
     assert "the machine was shared" in text and "AVX2-only" in text and "abc1234" in text
