@@ -189,3 +189,12 @@ def test_a_stage_not_run_says_so():
     section = horovod_suite_report._controller_section(
         "integration", {"test_static_run.py": {"after": after}}, env)
     assert "| test_static_run.py | not run | 1 / 0 / 0 | 5 s |" in section
+
+
+def test_an_integration_scripts_edit_that_no_longer_matches_fails_loudly():
+    script, case = horovod_suite_cases.SCRIPT_CASES["test_elastic_tensorflow2.py"]
+    assert script == "data/elastic_tensorflow2_main.py"
+    edited = horovod_suite_cases.apply_script_edits("    optimizer.lr.assign(lr * 2)\n", case)
+    assert edited == "    optimizer.learning_rate.assign(lr * 2)\n"
+    with pytest.raises(ValueError, match="not in the script once"):
+        horovod_suite_cases.apply_script_edits(edited, case)

@@ -177,7 +177,8 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
     the test directory, each test's own removed-API use changed inside that test alone."""
     cases = {name: case for name, case in horovod_suite_cases.CASES.get(test_file, {}).items()
              if any(_function_name(t) == name for t in still_failing)}
-    if not cases:
+    script = horovod_suite_cases.SCRIPT_CASES.get(test_file)
+    if not cases and not script:
         return {}
     scratch = out / "scratch" / controller / Path(test_file).stem
     if scratch.exists():
@@ -185,11 +186,16 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
     shutil.copytree(test_dir.parent, scratch, ignore=shutil.ignore_patterns("__pycache__"))
     path = scratch / test_dir.name / test_file
     path.write_text(horovod_suite_cases.apply_edits(path.read_text(), cases))
-    node_ids = [_node_id(test_file, t) for t in still_failing if _function_name(t) in cases]
+    if script:
+        script_path = scratch / test_dir.name / script[0]
+        script_path.write_text(horovod_suite_cases.apply_script_edits(script_path.read_text(),
+                                                                      script[1]))
+    explained = [t for t in still_failing if script or _function_name(t) in cases]
     run = run_file(args, controller, scratch / test_dir.name, test_file, pythonpath,
-                   out / "scratch-junit" / controller, node_ids)
+                   out / "scratch-junit" / controller,
+                   [_node_id(test_file, t) for t in explained])
     return {t: run["results"].get(t, ("failed", "not run in the scratch copy"))
-            for t in still_failing if _function_name(t) in cases}
+            for t in explained}
 
 
 def _function_name(test_id: str) -> str:

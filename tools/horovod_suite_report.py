@@ -85,7 +85,8 @@ def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
                   "| test | failure | what the test itself uses | with only that changed |",
                   "|---|---|---|---|"]
     for test_file, test_id, message in still:
-        case = horovod_suite_cases.CASES.get(test_file, {}).get(_function_name(test_id))
+        case = (horovod_suite_cases.CASES.get(test_file, {}).get(_function_name(test_id))
+                or horovod_suite_cases.SCRIPT_CASES.get(test_file, (None, None))[1])
         scratch = files[test_file]["after"].get("scratch", {}).get(test_id)
         cause = case.cause if case else "**not explained**"
         outcome = "not run" if scratch is None else (
