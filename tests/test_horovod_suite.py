@@ -189,6 +189,10 @@ def test_a_stage_not_run_says_so():
     section = horovod_suite_report._controller_section(
         "integration", {"test_static_run.py": {"after": after}}, env)
     assert "| test_static_run.py | not run | 1 / 0 / 0 | 5 s |" in section
+    skipped = {**after, "results": {"t::a": ("skipped", "no ssh"), "t::b": ("skipped", "no ssh")}}
+    section = horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"after": skipped}}, env)
+    assert "- test_static_run.py: 2 skipped: no ssh" in section
 
 
 def test_an_integration_scripts_edit_that_no_longer_matches_fails_loudly():

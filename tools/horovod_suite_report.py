@@ -63,6 +63,13 @@ def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
         seconds = f"{stages['after']['seconds']} s" if "after" in stages else ""
         lines.append(f"| {test_file} | {_cell(stages.get('before'))} "
                      f"| {_cell(stages.get('after'))} | {seconds} |")
+    if controller == "integration":  # what this machine could not run, and why
+        for test_file, stages in files.items():
+            reasons = {}
+            for outcome, message in stages.get("after", {}).get("results", {}).values():
+                if outcome == "skipped":
+                    reasons[message] = reasons.get(message, 0) + 1
+            lines += [""] + [f"- {test_file}: {n} skipped: {m}" for m, n in reasons.items()]
     fixed, broken, still = [], [], []
     for test_file, stages in files.items():
         before, after = (stages.get(s, {}).get("results", {}) for s in ("before", "after"))
