@@ -202,3 +202,9 @@ def test_an_integration_scripts_edit_that_no_longer_matches_fails_loudly():
     assert edited == "    optimizer.learning_rate.assign(lr * 2)\n"
     with pytest.raises(ValueError, match="not in the script once"):
         horovod_suite_cases.apply_script_edits(edited, case)
+
+
+def test_a_scratch_copys_test_is_matched_whatever_path_pytest_names_its_class_by():
+    assert horovod_suite._module_class("build.x.integration.test_e.Tests::test_a") \
+        == "test_e.Tests::test_a"
+    assert horovod_suite._module_class("test_e.Tests::test_a") == "test_e.Tests::test_a"

@@ -194,8 +194,15 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
     run = run_file(args, controller, scratch / test_dir.name, test_file, pythonpath,
                    out / "scratch-junit" / controller,
                    [_node_id(test_file, t) for t in explained])
-    return {t: run["results"].get(t, ("failed", "not run in the scratch copy"))
-            for t in explained}
+    # Inside this repository's tree pytest names the copy's classes by their path from it.
+    found = {_module_class(t): outcome for t, outcome in run["results"].items()}
+    return {t: found.get(t, ("failed", "not run in the scratch copy")) for t in explained}
+
+
+def _module_class(test_id: str) -> str:
+    """a.b.test_x.Tests::test_y -> test_x.Tests::test_y"""
+    classname, name = test_id.split("::")
+    return ".".join(classname.split(".")[-2:]) + "::" + name
 
 
 def _function_name(test_id: str) -> str:
