@@ -36,7 +36,7 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat parity bench bench-stacks bench-elastic plot scaling horovod-suite clean
+	test-repeat parity bench bench-stacks bench-elastic plot scaling horovod-suite horovod-examples clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
@@ -173,6 +173,24 @@ horovod-suite: $(SETUP_STAMP)
 	  --python=$(CURDIR)/$(SUITE_VENV)/bin/python --horovodrun=$(CURDIR)/$(BIN)/horovodrun \
 	  --pins=tools/pins/tf$(TF).txt --controllers $$controllers \
 	  --out=build/horovod-suite/tf$(TF) --report=$(SUITE_REPORT)
+
+# Horovod's own TF2 MNIST examples (examples/ of the same HOROVOD_SRC tree), each at -np 2
+# in a scratch copy that reads MNIST from data/cache/idx instead of downloading it, before
+# and after the patches, under Gloo and, where Horovod has it, MPI (the elastic one: Gloo).
+# reports/horovod_examples.md (tools/horovod_examples.py lists every edit and why).
+ifneq ($(filter horovod-examples,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(HOROVOD_SRC)/examples/tensorflow2/tensorflow2_mnist.py),)
+$(error make horovod-examples: HOROVOD_SRC=DIR must name an unpacked Horovod v0.28.1 source tree (with examples/))
+endif
+endif
+horovod-examples: $(SETUP_STAMP) $(DATA_STAMP)
+	controllers=gloo; \
+	if $(BIN)/horovodrun --check-build 2>/dev/null | grep -q '\[X\] MPI'; then controllers="gloo mpi"; fi; \
+	$(BIN)/python tools/horovod_examples.py run --horovod_src=$(HOROVOD_SRC) \
+	  --python=$(CURDIR)/$(BIN)/python --horovodrun=$(CURDIR)/$(BIN)/horovodrun \
+	  --pins=tools/pins/tf$(TF).txt --idx_dir=$(CURDIR)/data/cache/idx --controllers $$controllers \
+	  --out=build/horovod-examples/tf$(TF) \
+	  --report=reports/horovod_examples$(if $(filter 2.21,$(TF)),,_tf$(TF)).md
 
 clean:
 	rm -rf $(MODEL_DIR)

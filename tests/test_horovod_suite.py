@@ -136,3 +136,75 @@ def test_the_report_names_what_the_patches_fixed_broke_and_left_with_its_evidenc
     still = [line for line in text.splitlines() if "`test_sparse_as_dense`" in line]
     assert len(still) == 1 and "`lr=`" in still[0] and still[0].endswith("| passes |")
     assert "abc1234" in text and "AVX2-only" in text
+
+
+def test_an_integration_file_is_one_process_and_gets_its_own_section():
+    from tools import horovod_suite_report
+    assert set(horovod_suite.INTEGRATION_FILES).isdisjoint(horovod_suite.FILES)
+    one = {"results": {"a::b": ("passed", "")}, "seconds": 5, "timed_out": False,
+           "ranks_reported": 1, "ranks": 1}
+    assert horovod_suite_report._cell(one) == "1 / 0 / 0"
+    assert horovod_suite_report._cell({**one, "ranks_reported": 0, "results": {}}) \
+        == "0 / 0 / 0 (0 of 1 ranks reported)"
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    section = "\n".join(horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"before": one, "after": one}}, env))
+    assert section.startswith("## Integration\n\ntest/integration's files, each under plain")
+
+
+def test_a_section_run_with_other_patches_than_the_header_names_its_own():
+    from tools import horovod_suite_report
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    one = {"results": {}, "seconds": 5, "timed_out": False, "ranks_reported": 1, "ranks": 1}
+    record = {"patches": ["a.patch"],
+              "environments": {"gloo": {**env, "patches": ["a.patch"]},
+                               "integration": {**env, "patches": ["a.patch", "b.patch"]}},
+              "controllers": {"gloo": {}, "integration": {"test_static_run.py":
+                                                          {"before": one, "after": one}}}}
+    text = horovod_suite_report.render(record)
+    assert text.count("in this section") == 1
+    assert "- patches reversed before and applied after in this section: a.patch, b.patch" in text
+
+
+def test_a_run_stops_unless_its_python_imports_the_overlays_horovod(tmp_path):
+    import os
+    import sys
+    overlay = tmp_path / "overlay"
+    (overlay / "horovod").mkdir(parents=True)
+    (overlay / "horovod" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(overlay)}
+    horovod_suite.check_overlay(sys.executable, env, tmp_path, overlay)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    relative = {**os.environ, "PYTHONPATH": "overlay"}  # relative to another directory
+    with pytest.raises(SystemExit, match="not the overlay"):
+        horovod_suite.check_overlay(sys.executable, relative, elsewhere, overlay)
+
+
+def test_a_stage_not_run_says_so():
+    from tools import horovod_suite_report
+    env = {"command": "run", "cpu": "c", "commit": "x", "date": "d", "versions": {}}
+    after = {"results": {"t::a": ("passed", "")}, "seconds": 5, "timed_out": False,
+             "ranks_reported": 1, "ranks": 1}
+    section = horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"after": after}}, env)
+    assert "| test_static_run.py | not run | 1 / 0 / 0 | 5 s |" in section
+    skipped = {**after, "results": {"t::a": ("skipped", "no ssh"), "t::b": ("skipped", "no ssh")}}
+    section = horovod_suite_report._controller_section(
+        "integration", {"test_static_run.py": {"after": skipped}}, env)
+    assert "- test_static_run.py: 2 skipped: no ssh" in section
+
+
+def test_an_integration_scripts_edit_that_no_longer_matches_fails_loudly():
+    script, case = horovod_suite_cases.SCRIPT_CASES["test_elastic_tensorflow2.py"]
+    assert script == "data/elastic_tensorflow2_main.py"
+    edited = horovod_suite_cases.apply_script_edits("    optimizer.lr.assign(lr * 2)\n", case)
+    assert edited == "    optimizer.learning_rate.assign(lr * 2)\n"
+    with pytest.raises(ValueError, match="not in the script once"):
+        horovod_suite_cases.apply_script_edits(edited, case)
+
+
+def test_a_scratch_copys_test_is_matched_whatever_path_pytest_names_its_class_by():
+    assert horovod_suite._module_class("build.x.integration.test_e.Tests::test_a") \
+        == "test_e.Tests::test_a"
+    assert horovod_suite._module_class("test_e.Tests::test_a") == "test_e.Tests::test_a"

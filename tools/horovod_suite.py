@@ -8,6 +8,12 @@ package, put first on PYTHONPATH (horovodrun hands its environment to the worker
 file runs under `horovodrun -np 2` with a timeout and Horovod's stall check; each rank
 writes a JUnit file, and a test counts as failed when it failed on any rank.
 
+test/integration's TensorFlow 2 elastic and static-run files run under plain pytest in
+one process (their tests start horovodrun themselves, elastic ones on two local "hosts"
+of two slots each, localhost and 127.0.0.1; static-run's mixed and remote modes skip
+themselves without password-less ssh to localhost), with the venv's bin first on PATH for
+the `python` their workers run.
+
 A test still failing after the patches is run again in a scratch copy of its file in which
 only that test's own use of an API Keras 3 or NumPy 2 removed is changed
 (tools/horovod_suite_cases.py): passing there shows the failure is the test's, not Horovod's.
@@ -31,6 +37,7 @@ from tools import horovod_suite_cases  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("test_tensorflow.py", "test_tensorflow_process_sets.py", "test_tensorflow2_keras.py",
          "test_tensorflow2_keras_process_sets.py", "test_common.py")
+INTEGRATION_FILES = ("test_elastic_tensorflow2.py", "test_static_run.py")
 STAGES = ("before", "after")
 # What one test's ranks together say: a failure on any rank is a failure.
 OUTCOME_RANK = {"failed": 3, "passed": 2, "skipped": 1}
@@ -76,6 +83,16 @@ def make_overlay(installed: Path, patches: list[Path], stage: str, dest: Path) -
         subprocess.run(args, stdin=patch.open(), check=True)
 
 
+def check_overlay(python: str, env: dict, cwd: Path, overlay: Path) -> None:
+    """Stops the run unless `python`, started as the runs start it, imports the overlay's
+    horovod (a relative PYTHONPATH from another directory silently gives the installed one)."""
+    found = subprocess.run([python, "-c", "import horovod; print(horovod.__file__)"], env=env,
+                           cwd=cwd, capture_output=True, text=True).stdout.strip()
+    if not found.startswith(f"{overlay}{os.sep}"):
+        raise SystemExit(f"horovod-suite: the runs would import {found or 'no horovod'}, "
+                         f"not the overlay {overlay}")
+
+
 def parse_junit(xml_text: str) -> dict[str, tuple[str, str]]:
     """{test id: (passed|failed|skipped, first line of the failure or skip message)}."""
     results = {}
@@ -115,8 +132,9 @@ def counts(results: dict) -> dict[str, int]:
 
 def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: Path,
              junit_dir: Path, node_ids=()) -> dict:
-    """One file's tests (or the given node ids) under horovodrun -np 2; the ranks' results,
-    combined, with the wall time and whether it ended by itself."""
+    """One file's tests (or the given node ids) under horovodrun -np 2 (test/integration's:
+    pytest alone); the ranks' results, combined, with the wall time and whether it ended
+    by itself."""
     junit_dir.mkdir(parents=True, exist_ok=True)
     stem = Path(test_file).stem
     for old in junit_dir.glob(f"{stem}.rank*.xml"):
@@ -129,6 +147,14 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
     command = [args.horovodrun, f"--{controller}", "-np", "2", "-H", "localhost:2",
                "sh", "-c", worker]
     env = {**os.environ, **STALL_ENV, "PYTHONPATH": str(pythonpath)}
+    check_overlay(args.python, env, test_dir, pythonpath)
+    ranks = 2
+    if test_file in INTEGRATION_FILES:
+        command = ["sh", "-c", worker.replace("${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}", "0")]
+        env["PATH"] = f"{Path(args.python).parent}{os.pathsep}{env['PATH']}"
+        # What test/conftest.py adds, which pytest started in test/integration does not load.
+        env["PYTHONPATH"] += f"{os.pathsep}{test_dir.parent / 'utils'}"
+        ranks = 1
     start = time.monotonic()
     log = junit_dir / f"{stem}.{controller}.log"
     with log.open("w") as out:
@@ -139,9 +165,10 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
         except subprocess.TimeoutExpired:
             timed_out = True
     per_rank = [parse_junit(p.read_text()) for p in sorted(junit_dir.glob(f"{stem}.rank*.xml"))]
-    results = combine_ranks(per_rank) if len(per_rank) == 2 else {}
+    results = combine_ranks(per_rank) if len(per_rank) == ranks else {}
     return {"results": results, "seconds": round(time.monotonic() - start),
-            "timed_out": timed_out, "ranks_reported": len(per_rank), "log": str(log)}
+            "timed_out": timed_out, "ranks_reported": len(per_rank), "ranks": ranks,
+            "log": str(log)}
 
 
 def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, still_failing,
@@ -150,7 +177,8 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
     the test directory, each test's own removed-API use changed inside that test alone."""
     cases = {name: case for name, case in horovod_suite_cases.CASES.get(test_file, {}).items()
              if any(_function_name(t) == name for t in still_failing)}
-    if not cases:
+    script = horovod_suite_cases.SCRIPT_CASES.get(test_file)
+    if not cases and not script:
         return {}
     scratch = out / "scratch" / controller / Path(test_file).stem
     if scratch.exists():
@@ -158,11 +186,23 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
     shutil.copytree(test_dir.parent, scratch, ignore=shutil.ignore_patterns("__pycache__"))
     path = scratch / test_dir.name / test_file
     path.write_text(horovod_suite_cases.apply_edits(path.read_text(), cases))
-    node_ids = [_node_id(test_file, t) for t in still_failing if _function_name(t) in cases]
+    if script:
+        script_path = scratch / test_dir.name / script[0]
+        script_path.write_text(horovod_suite_cases.apply_script_edits(script_path.read_text(),
+                                                                      script[1]))
+    explained = [t for t in still_failing if script or _function_name(t) in cases]
     run = run_file(args, controller, scratch / test_dir.name, test_file, pythonpath,
-                   out / "scratch-junit" / controller, node_ids)
-    return {t: run["results"].get(t, ("failed", "not run in the scratch copy"))
-            for t in still_failing if _function_name(t) in cases}
+                   out / "scratch-junit" / controller,
+                   [_node_id(test_file, t) for t in explained])
+    # Inside this repository's tree pytest names the copy's classes by their path from it.
+    found = {_module_class(t): outcome for t, outcome in run["results"].items()}
+    return {t: found.get(t, ("failed", "not run in the scratch copy")) for t in explained}
+
+
+def _module_class(test_id: str) -> str:
+    """a.b.test_x.Tests::test_y -> test_x.Tests::test_y"""
+    classname, name = test_id.split("::")
+    return ".".join(classname.split(".")[-2:]) + "::" + name
 
 
 def _function_name(test_id: str) -> str:
@@ -176,25 +216,35 @@ def _node_id(test_file: str, test_id: str) -> str:
 
 
 def run(args) -> None:
-    test_dir = Path(args.horovod_src) / "test" / "parallel"
+    tests = Path(args.horovod_src) / "test"
     patches = python_only(patches_from_pins(Path(args.pins)))
     installed = Path(subprocess.run(
         [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
         capture_output=True, text=True, check=True).stdout.strip())
-    out = Path(args.out).resolve()  # the ranks run in test/parallel, not here
+    # Absolute: the runs' working directories are elsewhere, and PYTHONPATH names the overlay.
+    out = Path(args.out).resolve()
     # A run of some controllers keeps the others' results from an earlier run.
     previous = out / "results.json"
     record = json.loads(previous.read_text()) if previous.exists() else {"controllers": {}}
-    record["patches"] = [p.name for p in patches]
-    for controller in args.controllers:
-        if set(args.stages) == set(STAGES):
-            record["controllers"][controller] = {}
+    # The report's header names the first run's patches; a section run with others names its own.
+    record.setdefault("patches", [p.name for p in patches])
+    for controller in args.controllers + (["integration"] if args.integration_files else []):
+        # test/integration's files run once, outside horovodrun; they pick their controllers.
+        integration = controller == "integration"
+        test_dir = tests / ("integration" if integration else "parallel")
+        files = args.integration_files if integration else args.files
+        if not files:
+            continue  # an earlier run's results for it stay as they are
         record["controllers"].setdefault(controller, {})
-        record.setdefault("environments", {})[controller] = environment(args)
+        if set(args.stages) == set(STAGES):
+            for test_file in files:
+                record["controllers"][controller].pop(test_file, None)
+        record.setdefault("environments", {})[controller] = {
+            **environment(args), "patches": [p.name for p in patches]}
         for stage in args.stages:
             overlay = out / "overlay" / stage
             make_overlay(installed, patches, stage, overlay)
-            for test_file in args.files:
+            for test_file in files:
                 print(f"horovod-suite: {controller} {stage} {test_file}", flush=True)
                 result = run_file(args, controller, test_dir, test_file, overlay,
                                   out / "junit" / controller / stage)
@@ -235,16 +285,23 @@ def environment(args) -> dict:
             "host": platform.node(), "command": " ".join(sys.argv[1:])}
 
 
+def add_run_arguments(run_parser, what_python_runs: str) -> None:
+    """A run's arguments that tools/horovod_examples.py shares."""
+    run_parser.add_argument("--horovod_src", required=True)
+    run_parser.add_argument("--python", required=True,
+                            help=f"the Python that runs {what_python_runs}")
+    run_parser.add_argument("--horovodrun", required=True)
+    run_parser.add_argument("--pins", required=True, help="the pins file naming the patches")
+    run_parser.add_argument("--controllers", nargs="+", default=["gloo"])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
     run_parser = sub.add_parser("run", help="run the suite, then write the report")
-    run_parser.add_argument("--horovod_src", required=True)
-    run_parser.add_argument("--python", required=True, help="the Python that runs pytest")
-    run_parser.add_argument("--horovodrun", required=True)
-    run_parser.add_argument("--pins", required=True, help="the pins file naming the patches")
-    run_parser.add_argument("--controllers", nargs="+", default=["gloo"])
-    run_parser.add_argument("--files", nargs="+", default=list(FILES))
+    add_run_arguments(run_parser, "pytest")
+    run_parser.add_argument("--files", nargs="*", default=list(FILES))
+    run_parser.add_argument("--integration_files", nargs="*", default=list(INTEGRATION_FILES))
     run_parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                             help="one stage again, keeping the other's earlier results")
     run_parser.add_argument("--timeout", type=int, default=FILE_TIMEOUT_SECONDS)
@@ -260,9 +317,14 @@ def main(argv=None) -> None:
                              "v0.28.1 source tree (no test/parallel/test_tensorflow.py)")
         run(args)
     from tools import horovod_suite_report
+    write_report(args, horovod_suite_report.render, "horovod-suite")
+
+
+def write_report(args, render, label: str) -> None:
+    """args.report, rendered from args.out's results.json."""
     record = json.loads((Path(args.out) / "results.json").read_text())
-    Path(args.report).write_text(horovod_suite_report.render(record))
-    print(f"horovod-suite: wrote {args.report}")
+    Path(args.report).write_text(render(record))
+    print(f"{label}: wrote {args.report}")
 
 
 if __name__ == "__main__":

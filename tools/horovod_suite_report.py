@@ -22,7 +22,10 @@ def render(record: dict) -> str:
         "",
     ]
     for controller, files in record["controllers"].items():
-        lines += _controller_section(controller, files, record["environments"][controller])
+        env = record["environments"][controller]
+        if env.get("patches", record["patches"]) != record["patches"]:
+            env = {**env, "toggled": env["patches"]}
+        lines += _controller_section(controller, files, env)
     return "\n".join(lines) + "\n"
 
 
@@ -30,29 +33,46 @@ def _environment_lines(env: dict) -> list[str]:
     return [f"- command: `python tools/horovod_suite.py {env['command']}`",
             f"- CPU: {env['cpu']}",
             f"- commit: {env['commit']}, {env['date']}",
-            "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()), ""]
+            "- stack: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+            *([f"- patches reversed before and applied after in this section: "
+               + ", ".join(env["toggled"])] if "toggled" in env else []), ""]
 
 
-def _cell(result: dict) -> str:
+def _cell(result) -> str:
+    if result is None:
+        return "not run"
     tally = counts(result["results"])
     text = f"{tally['passed']} / {tally['failed']} / {tally['skipped']}"
     if result["timed_out"]:
         text += " (timed out)"
-    elif result["ranks_reported"] != 2:
-        text += f" ({result['ranks_reported']} of 2 ranks reported)"
+    elif result["ranks_reported"] != result.get("ranks", 2):
+        text += f" ({result['ranks_reported']} of {result.get('ranks', 2)} ranks reported)"
     return text
 
 
 def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
-    lines = [f"## {controller.capitalize()}", "", *_environment_lines(env),
+    lines = [f"## {controller.capitalize()}", ""]
+    if controller == "integration":
+        lines += ["test/integration's files, each under plain `python -m pytest` (no "
+                  "horovodrun around it: their tests launch horovodrun themselves, through "
+                  "Horovod's own launcher functions); counts are of that one process.", ""]
+    lines += [*_environment_lines(env),
              "| file | before: passed / failed / skipped | after | after's wall time |",
              "|---|---|---|---|"]
     for test_file, stages in files.items():
-        lines.append(f"| {test_file} | {_cell(stages['before'])} | {_cell(stages['after'])} "
-                     f"| {stages['after']['seconds']} s |")
+        seconds = f"{stages['after']['seconds']} s" if "after" in stages else ""
+        lines.append(f"| {test_file} | {_cell(stages.get('before'))} "
+                     f"| {_cell(stages.get('after'))} | {seconds} |")
+    if controller == "integration":  # what this machine could not run, and why
+        for test_file, stages in files.items():
+            reasons = {}
+            for outcome, message in stages.get("after", {}).get("results", {}).values():
+                if outcome == "skipped":
+                    reasons[message] = reasons.get(message, 0) + 1
+            lines += [""] + [f"- {test_file}: {n} skipped: {m}" for m, n in reasons.items()]
     fixed, broken, still = [], [], []
     for test_file, stages in files.items():
-        before, after = stages["before"]["results"], stages["after"]["results"]
+        before, after = (stages.get(s, {}).get("results", {}) for s in ("before", "after"))
         for test_id, (outcome, message) in sorted(after.items()):
             was = before.get(test_id, ("missing", ""))[0]
             if outcome == "failed":
@@ -72,7 +92,8 @@ def _controller_section(controller: str, files: dict, env: dict) -> list[str]:
                   "| test | failure | what the test itself uses | with only that changed |",
                   "|---|---|---|---|"]
     for test_file, test_id, message in still:
-        case = horovod_suite_cases.CASES.get(test_file, {}).get(_function_name(test_id))
+        case = (horovod_suite_cases.CASES.get(test_file, {}).get(_function_name(test_id))
+                or horovod_suite_cases.SCRIPT_CASES.get(test_file, (None, None))[1])
         scratch = files[test_file]["after"].get("scratch", {}).get(test_id)
         cause = case.cause if case else "**not explained**"
         outcome = "not run" if scratch is None else (
