@@ -190,7 +190,7 @@ def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> 
     (scratch / f"{name}.py").write_text(edited_example(source, name, args.idx_dir))
     command = horovodrun_command(args, controller, name, scratch)
     # The overlay's horovod first, then this repository (the data line imports from it).
-    env = {**os.environ, **horovod_suite.STALL_ENV,
+    env = {**os.environ, **horovod_suite.RUN_ENV,
            "PYTHONPATH": f"{overlay}{os.pathsep}{ROOT}"}
     horovod_suite.check_overlay(args.python, env, scratch, overlay)
     log = scratch / "horovodrun.log"

@@ -42,8 +42,11 @@ STAGES = ("before", "after")
 # What one test's ranks together say: a failure on any rank is a failure.
 OUTCOME_RANK = {"failed": 3, "passed": 2, "skipped": 1}
 FILE_TIMEOUT_SECONDS = 1800
-STALL_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-             "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120"}
+# Every job: a hang fails fast; Open MPI's ranks yield instead of busy-polling while they
+# wait (the Makefile exports the same), which on 2 cores decides whether an MPI run ends.
+RUN_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120",
+           "OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
 def patches_from_pins(pins_file: Path) -> list[Path]:
@@ -146,7 +149,7 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
               f"{targets}")
     command = [args.horovodrun, f"--{controller}", "-np", "2", "-H", "localhost:2",
                "sh", "-c", worker]
-    env = {**os.environ, **STALL_ENV, "PYTHONPATH": str(pythonpath)}
+    env = {**os.environ, **RUN_ENV, "PYTHONPATH": str(pythonpath)}
     check_overlay(args.python, env, test_dir, pythonpath)
     ranks = 2
     if test_file in INTEGRATION_FILES:
