@@ -208,8 +208,9 @@ if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
     export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
   fi
   # Horovod's setup.py runs `cmake --build` without -j: one compiler at a time. make reads
-  # its job count from MAKEFLAGS, so every core compiles.
-  export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
+  # its job count from MAKEFLAGS, so every core compiles. Set, not defaulted: under
+  # `make setup` it holds the outer make's own flags and variables (" -- MPI=1"), no -j.
+  export MAKEFLAGS=-j$(nproc)
   if [ -n "$(installed_version horovod)" ]; then
     step "uninstall the old horovod" "${PIP[@]}" uninstall -y horovod
   fi
