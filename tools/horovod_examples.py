@@ -209,9 +209,7 @@ def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> 
 
 def run(args) -> None:
     patches = horovod_suite.python_only(horovod_suite.patches_from_pins(Path(args.pins)))
-    installed = Path(subprocess.run(
-        [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
-        capture_output=True, text=True, check=True).stdout.strip())
+    installed = horovod_suite.installed_horovod(args.python)
     # Absolute: the runs' working directories are elsewhere, and PYTHONPATH names the overlay.
     out = Path(args.out).resolve()
     previous = out / "results.json"  # runs of some examples keep the others' results

@@ -70,6 +70,13 @@ def _patch_applies(tree: Path, patch: Path, reverse: bool) -> bool:
     return subprocess.run(args, stdin=patch.open(), capture_output=True).returncode == 0
 
 
+def installed_horovod(python: str) -> Path:
+    """The directory of the horovod package `python` imports: what an overlay patches."""
+    return Path(subprocess.run(
+        [python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
+        capture_output=True, text=True, check=True).stdout.strip())
+
+
 def make_overlay(installed: Path, patches: list[Path], stage: str, dest: Path) -> None:
     """dest/horovod: the installed package with `patches` applied (after) or reversed (before)."""
     if dest.exists():
@@ -221,9 +228,7 @@ def _node_id(test_file: str, test_id: str) -> str:
 def run(args) -> None:
     tests = Path(args.horovod_src) / "test"
     patches = python_only(patches_from_pins(Path(args.pins)))
-    installed = Path(subprocess.run(
-        [args.python, "-c", "import horovod, os; print(os.path.dirname(horovod.__file__))"],
-        capture_output=True, text=True, check=True).stdout.strip())
+    installed = installed_horovod(args.python)
     # Absolute: the runs' working directories are elsewhere, and PYTHONPATH names the overlay.
     out = Path(args.out).resolve()
     # A run of some controllers keeps the others' results from an earlier run.
