@@ -127,6 +127,25 @@ def test_the_cap_is_read_from_the_environment(tmp_path, monkeypatch):
     assert precision.cpu_warning("mixed_bfloat16", False, path) == ""
 
 
+def test_bfloat16_capped_below_onednns_bfloat16_convolution_on_avx512_is_refused(tmp_path):
+    environ = {"ONEDNN_MAX_CPU_ISA": "avx2"}
+    with pytest.raises(UserFacingError, match=r"^--precision=mixed_bfloat16 cannot run with "
+                       r"ONEDNN_MAX_CPU_ISA=AVX2 on this CPU: .* set TF_ENABLE_ONEDNN_OPTS=0"):
+        precision.check_isa_cap("mixed_bfloat16", False, cpuinfo(tmp_path, "avx512f"), environ)
+
+
+@pytest.mark.parametrize("precision_name,flags,has_gpu,environ", [
+    ("mixed_bfloat16", "avx512f", False, {"ONEDNN_MAX_CPU_ISA": "AVX2",
+                                          "TF_ENABLE_ONEDNN_OPTS": "0"}),  # Eigen computes it
+    ("mixed_bfloat16", "", False, {"ONEDNN_MAX_CPU_ISA": "AVX2"}),  # an AVX2-only CPU: Eigen
+    ("mixed_bfloat16", "avx512f", False, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),  # emulated
+    ("mixed_bfloat16", "avx512f", True, {"ONEDNN_MAX_CPU_ISA": "AVX2"}),  # a GPU computes it
+    ("float32", "avx512f", False, {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    ("mixed_bfloat16", "avx512f", False, {})])
+def test_bfloat16_runs_under_every_other_cap(tmp_path, precision_name, flags, has_gpu, environ):
+    precision.check_isa_cap(precision_name, has_gpu, cpuinfo(tmp_path, flags), environ)
+
+
 @pytest.mark.parametrize("name,flags,has_gpu,cap", [
     ("mixed_bfloat16", "avx512f avx512_bf16", False, ""),  # AVX-512 with BF16 (this EPYC)
     ("mixed_bfloat16", "amx_bf16 amx_tile", False, ""),  # a Xeon with AMX

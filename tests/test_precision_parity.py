@@ -45,14 +45,16 @@ BFLOAT16 = ["--precision=mixed_bfloat16", *TEN_STEPS]
 # summation order) moves activations and gradients by about 2^-9 of their size, where
 # float32 moves them by 2^-24; Adadelta's sign-like first steps (about 1.4e-3 each, see
 # test_parity.py) then flip for more weights. How many depends on the CPU's arithmetic:
-# where oneDNN emulates bfloat16 it rounds elsewhere than where the CPU has it. So the bound
+# without AVX-512, TensorFlow's own kernels emulate bfloat16 and round elsewhere than oneDNN
+# does where the CPU has it. So the bound
 # is measured in the same session: the fraction of weights that bfloat16's own rounding
 # moves beyond 1e-4 (the one-worker run in float32 against the same run in bfloat16), times
 # NOISE_FLOOR_MULTIPLE. A planted bug must exceed that bound BUG_MARGIN times over.
 # Measured (seed 3, 10 steps, TF 2.21, against the one-worker custom loop): on the AVX2-only
 # EPYC, where bfloat16 is emulated, the noise floor 7.4%, -np 2 4.1% and -np 4 6.9% (custom
-# and Keras alike), the planted bugs 65.7-73.0%; on the AVX512-BF16 and AMX CPUs, -np 2
-# and 4 0.1-1.6%, the planted bugs 63-73%.
+# and Keras alike), the planted bugs 65.7-73.0%; the same figures on the AVX512-BF16 EPYC
+# under make test-avx2-arithmetic. In native bfloat16 on that EPYC: floor 9.9%, -np 2 1.6%,
+# -np 4 0.9%, the bugs 65.7-72.9%; on the AMX Xeon, -np 2 and 4 0.1-1.6%, the bugs 63-73%.
 BFLOAT16_TOLERANCE = 1e-4
 NOISE_FLOOR_MULTIPLE = 2
 BUG_MARGIN = 2

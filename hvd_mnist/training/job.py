@@ -65,6 +65,8 @@ def start_horovod(config: config_lib.TrainConfig) -> tuple[runtime.Topology, int
 
 def open_job(config: config_lib.TrainConfig, topology: runtime.Topology, threads: int) -> Job:
     """Batching, the input and the steps per epoch, for one rank (may raise UserFacingError)."""
+    precision.check_isa_cap(config.precision,
+                            has_gpu=bool(tf.config.list_physical_devices("GPU")))
     dtype = tf.float64 if config.float64 else tf.float32
     batching = config_lib.resolve_batching(config, topology.size)  # before reading any data
     source = inputs.open_input(config.input, config.data_dir,

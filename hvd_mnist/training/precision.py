@@ -18,7 +18,7 @@ same step and halves the same scale. No extra collective is needed for the ranks
 
 import os
 
-from hvd_mnist import config as config_lib
+from hvd_mnist import config as config_lib, errors
 from hvd_mnist.process import keras_compat
 
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
@@ -29,6 +29,13 @@ BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # emulates bfloat16 whatever the CPU has (make test-avx2-arithmetic caps it at AVX2).
 ISA_CAPS_WITHOUT_BFLOAT16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE",
                              "AVX512_CORE_VNNI")
+# Caps under which oneDNN has no bfloat16 convolution at all. TensorFlow decides who computes
+# bfloat16 by the CPU, not by the cap: with avx512f it hands bfloat16 operations to oneDNN,
+# and under these caps the first convolution fails ("could not create a primitive descriptor
+# for the convolution forward propagation primitive", seen with AVX2 on the AVX512-BF16
+# EPYC). Without avx512f, or with TF_ENABLE_ONEDNN_OPTS=0, TensorFlow's own (Eigen) kernels
+# compute bfloat16, as on the AVX2-only machines.
+ISA_CAPS_WITHOUT_BFLOAT16_CONVOLUTION = ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
 # reports/bfloat16_emulated.md, on the AVX2-only AMD EPYC at -np 1 and 2.
 EMULATED_BFLOAT16_SPEED = ("on an AVX2-only CPU it trained at 0.09-0.13x "
                            "--precision=float32's images/s")
@@ -111,6 +118,22 @@ def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinf
     return (f"warning: {why}: --precision=mixed_bfloat16 is emulated here, converting to and "
             f"from float32 around every operation; {EMULATED_BFLOAT16_SPEED} "
             "(docs/precision.md)")
+
+
+def check_isa_cap(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinfo",
+                  environ=os.environ) -> None:
+    """Raises UserFacingError where bfloat16 cannot run at all: oneDNN capped below its
+    bfloat16 convolution on a CPU where TensorFlow hands bfloat16 to oneDNN."""
+    cap = environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    onednn_opts = environ.get("TF_ENABLE_ONEDNN_OPTS", "1").lower() not in ("0", "false")
+    if (precision == "mixed_bfloat16" and not has_gpu and onednn_opts
+            and cap in ISA_CAPS_WITHOUT_BFLOAT16_CONVOLUTION
+            and "avx512f" in cpu_flags(cpuinfo_path)):
+        raise errors.UserFacingError(
+            f"--precision=mixed_bfloat16 cannot run with ONEDNN_MAX_CPU_ISA={cap} on this CPU: "
+            "TensorFlow hands bfloat16 to oneDNN where the CPU has AVX-512, and oneDNN capped "
+            f"at {cap} has no bfloat16 convolution; set TF_ENABLE_ONEDNN_OPTS=0 as well to "
+            "compute bfloat16 as an AVX2-only CPU does, or unset ONEDNN_MAX_CPU_ISA")
 
 
 def loss_scale(optimizer) -> float | None:
