@@ -153,7 +153,9 @@ scaling: $(SETUP_STAMP) $(DATA_STAMP)
 # after tools/horovod-patches/, under Gloo and, where Horovod has it, MPI; each file with a
 # timeout and the stall check. reports/horovod_suite.md (TF=2.15: _tf2.15.md;
 # tools/horovod_suite.py). The tests
-# want pytest<8, mock and parameterized: a venv of their own on top of $(VENV)'s packages.
+# want pytest<8, mock and parameterized: a venv of their own on top of $(VENV)'s packages,
+# added as a site directory so that its .pth files apply too (setuptools' distutils shim,
+# which horovod.runner needs on Python 3.12 for `distutils.spawn`).
 HOROVOD_SRC ?=
 SUITE_VENV := build/horovod-suite/$(VENV)
 SUITE_REPORT := reports/horovod_suite$(if $(filter 2.21,$(TF)),,_tf$(TF)).md
@@ -165,7 +167,7 @@ endif
 endif
 horovod-suite: $(SETUP_STAMP)
 	test -x $(SUITE_VENV)/bin/python || { $(BIN)/python -m venv $(SUITE_VENV) && \
-	  $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  $(BIN)/python -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
 	    >$$($(SUITE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/venv.pth && \
 	  $(SUITE_VENV)/bin/pip install -q 'pytest<8' mock parameterized; }
 	controllers=gloo; \
