@@ -43,7 +43,7 @@ ifeq ($(MPI),1)
 	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 endif
 
-$(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
+$(SETUP_STAMP): tools/setup.sh tools/setup_python.sh setup.cfg tools/pins/tf$(TF).txt
 	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
