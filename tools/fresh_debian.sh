@@ -67,6 +67,12 @@ run_suite() {
   printf '127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n' \
     "$(hostname)" >"$dir/etc/hosts"
   cp -L /etc/resolv.conf "$dir/etc/resolv.conf"
+  # This network reaches PyPI through a TLS proxy whose CA the host trusts locally; a
+  # machine on an open network would not need it.
+  if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+    chroot "$dir" update-ca-certificates >/dev/null
+  fi
   git clone -q "$ROOT" "$dir/root/hvd_mnist"
   git -C "$dir/root/hvd_mnist" checkout -q "$commit"
   mount -t proc proc "$dir/proc"; mounts+=("$dir/proc")
