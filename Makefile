@@ -36,14 +36,14 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat parity bench bench-stacks bench-elastic plot scaling horovod-suite horovod-examples clean
+	test-repeat test-fresh parity bench bench-stacks bench-elastic plot scaling horovod-suite horovod-examples clean
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
 	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 endif
 
-$(SETUP_STAMP): tools/setup.sh setup.cfg tools/pins/tf$(TF).txt
+$(SETUP_STAMP): tools/setup.sh tools/setup_python.sh setup.cfg tools/pins/tf$(TF).txt
 	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
@@ -99,6 +99,14 @@ test-long: $(SETUP_STAMP)
 # here, and the cap keeps whatever oneDNN still computes on its AVX2 kernels. Together they reproduced the AVX2-only EPYC's figures exactly (docs/precision.md).
 test-avx2-arithmetic: $(SETUP_STAMP)
 	TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest tests/test_precision_parity.py -k bfloat16
+
+# The README's `make train NP=2 TRAIN_FLAGS=--recipe=fast` and a `make test` subset (parity,
+# faults) from a clean clone of HEAD, in a chroot of a debootstrapped minimal Debian per
+# suite in SUITES (tools/fresh_debian.sh; root; ~40 min per suite). build/fresh/<suite>.log;
+# reports/fresh_machines.md.
+SUITES ?= bookworm trixie
+test-fresh:
+	SUITES="$(SUITES)" tools/fresh_debian.sh
 
 # The tests marked `hosts` on a test bed of network namespaces (tools/hosts.sh; root):
 # two-host horovodrun (tests/test_hosts.py), verify (tests/test_verify.py) and Slurm batch

@@ -53,37 +53,11 @@ pinned() {  # the version tools/pins/tf<TF>.txt gives a distribution, or nothing
 }
 TF_VERSION=$(pinned $tf_dist)
 
-# The Pythons a TensorFlow version has wheels for: the pins file's "# pythons:" line,
-# the first being the one used when PYTHON is not given.
-read -r -a pythons < <(sed -n 's/^# pythons: //p' "$PINS")
-python_version_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
-find_python() {  # python3.X on PATH, else pyenv's, which is not on PATH unless selected
-  local candidate
-  for candidate in "$(command -v "python$1" 2>/dev/null)" \
-                   "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/"$1".*/bin/"python$1"; do
-    if [ -x "$candidate" ] && [ "$(python_version_of "$candidate")" = "$1" ]; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
-if [ -z "$PYTHON" ]; then
-  PYTHON=$(find_python "${pythons[0]}") || {
-    echo "setup: no Python ${pythons[0]} found for TF $TF; install it, or pass PYTHON=/path/to/python3.X" \
-         "with X one of ${pythons[*]} (make setup PYTHON=...)" >&2
-    exit 1
-  }
-fi
-python_version=$(python_version_of "$PYTHON") || {
-  echo "setup: PYTHON=$PYTHON does not run; pass PYTHON=/path/to/python (${pythons[*]})" >&2
-  exit 1
-}
-if [[ " ${pythons[*]} " != *" $python_version "* ]]; then
-  echo "setup: TF $TF has no wheels for Python $python_version ($PYTHON); pass PYTHON= one of" \
-       "${pythons[*]}" >&2
-  exit 1
-fi
+# The Python (PYTHON=, else the pins' preference order on PATH or in pyenv), the
+# system packages the build needs, and the venv: tools/setup_python.sh.
+source "$ROOT/tools/setup_python.sh"
+choose_python
+ensure_build_packages
 
 # System packages, only when missing and only as root (else the tests that
 # need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
@@ -103,7 +77,7 @@ install_apt_packages() {
   # the packages' own services must not start in the root namespace.
   local policy=/usr/sbin/policy-rc.d made_policy=0
   if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' >$policy; chmod +x $policy; made_policy=1; fi
-  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+  { [ "${APT_UPDATED:-0}" = 1 ] || apt-get update; } && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
   local rc=$?
   [ $made_policy = 0 ] || rm -f $policy
   return $rc
@@ -123,10 +97,7 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
   fi
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
+make_venv
 mkdir -p "$LOG_DIR"
 PY=$VENV/bin/python
 PIP=("$PY" -m pip --disable-pip-version-check)
