@@ -30,12 +30,13 @@ quiet.before_tensorflow()
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
+from hvd_mnist.data import mnist  # noqa: E402
 from hvd_mnist.errors import UserFacingError, short_reason  # noqa: E402
 
 FLAGS = flags.FLAGS
 BATCH_SIZE = 500
 DIGIT_BOX = 20  # MNIST's digits fit a 20x20 box inside the 28x28 field
-FIELD = 28
+FIELD = mnist.IMAGE_SIDE
 INK_THRESHOLD = 0.2  # fraction of the image's contrast that counts as part of the digit
 
 
@@ -78,7 +79,7 @@ def classify(serve, images: np.ndarray) -> np.ndarray:
     import tensorflow as tf
     batches = [serve(images=tf.constant(images[i:i + BATCH_SIZE]))["probabilities"].numpy()
                for i in range(0, len(images), BATCH_SIZE)]
-    return np.concatenate(batches) if batches else np.zeros((0, 10), np.float32)
+    return np.concatenate(batches) if batches else np.zeros((0, mnist.NUM_CLASSES), np.float32)
 
 
 # ---------------------------------------------------------------- inputs

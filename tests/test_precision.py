@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from conftest import synthetic_digits
 from hvd_mnist import config as config_lib
-from hvd_mnist.data import splits
+from hvd_mnist.data import mnist, splits
 from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import checkpoint, export, run_identity
 from hvd_mnist.process import keras_compat
@@ -28,7 +28,7 @@ def test_variables_softmax_and_output_stay_float32(name):
     hidden = [layer.compute_dtype for layer in model.layers[:-1]]
     assert hidden == [compute] * len(hidden)
     assert model.layers[-1].compute_dtype == "float32"
-    assert model(tf.zeros([2, *model_lib.INPUT_SHAPE])).dtype == tf.float32
+    assert model(tf.zeros([2, *mnist.IMAGE_SHAPE])).dtype == tf.float32
 
 
 @pytest.mark.parametrize("name", PRECISIONS)
@@ -40,7 +40,7 @@ def test_export_takes_uint8_and_returns_float32_in_every_precision(name, tmp_pat
     assert serve.structured_input_signature[1]["images"].dtype == tf.uint8
     images, _ = synthetic_digits(8, seed=2)
     served = serve(images=tf.constant(images))["probabilities"]
-    assert served.dtype == tf.float32 and served.shape == (8, model_lib.NUM_CLASSES)
+    assert served.dtype == tf.float32 and served.shape == (8, mnist.NUM_CLASSES)
     in_process = model(splits.normalize(images[..., np.newaxis], None)[0], training=False)
     # The same network in the same precision; the saved graph may fuse kernels differently.
     assert np.abs(served.numpy() - in_process.numpy()).max() <= 1e-2

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_mnist.data import splits
+from hvd_mnist.data import mnist, splits
 from hvd_mnist.training import model as model_lib, step as step_lib
 
 
@@ -61,7 +61,7 @@ def test_non_finite_loss_is_an_error_naming_where():
 
 def test_dropout_masks_depend_only_on_the_reseed_words():
     model = model_lib.build_model()
-    images = tf.ones([4, *model_lib.INPUT_SHAPE])
+    images = tf.ones([4, *mnist.IMAGE_SHAPE])
 
     def outputs_after_reseed(words, calls=2):
         model_lib.reseed_dropout(model, words)
@@ -79,7 +79,7 @@ def test_dropout_masks_depend_only_on_the_reseed_words():
 
 def test_a_reseed_past_s_steps_draws_the_masks_of_step_s_plus_1():
     model = model_lib.build_model()
-    images = tf.ones([4, *model_lib.INPUT_SHAPE])
+    images = tf.ones([4, *mnist.IMAGE_SHAPE])
     model_lib.reseed_dropout(model, (42, 0, 3))
     uninterrupted = [model(images, training=True).numpy() for _ in range(4)]
     for steps_done in (0, 1, 3):  # none done, the first done, all but the last

@@ -11,12 +11,11 @@ import struct
 
 import numpy as np
 
+from hvd_mnist.data import mnist
 from hvd_mnist.errors import DataError
 
 IMAGES_MAGIC = 2051
 LABELS_MAGIC = 2049
-IMAGE_SIDE = 28
-NUM_CLASSES = 10
 
 # The standard names, as the MNIST distribution and TFDS's builder use them.
 FILENAMES = {
@@ -51,9 +50,9 @@ def read_images(path: str) -> np.ndarray:
     """Images as uint8 (n, 28, 28); DataError if the file is not 28x28 IDX images."""
     data = _read_bytes(path)
     n, rows, cols = _parse_header(path, data, IMAGES_MAGIC, ndims=3)
-    if (rows, cols) != (IMAGE_SIDE, IMAGE_SIDE):
+    if (rows, cols) != (mnist.IMAGE_SIDE, mnist.IMAGE_SIDE):
         raise DataError(f"{path}: images are {rows}x{cols}, MNIST images are "
-                        f"{IMAGE_SIDE}x{IMAGE_SIDE}")
+                        f"{mnist.IMAGE_SIDE}x{mnist.IMAGE_SIDE}")
     pixels = _payload(path, data, header_bytes=16, expected=n * rows * cols)
     return pixels.reshape(n, rows, cols)
 
@@ -63,9 +62,10 @@ def read_labels(path: str) -> np.ndarray:
     data = _read_bytes(path)
     (n,) = _parse_header(path, data, LABELS_MAGIC, ndims=1)
     labels = _payload(path, data, header_bytes=8, expected=n)
-    if labels.size and labels.max() >= NUM_CLASSES:
-        bad = int(np.argmax(labels >= NUM_CLASSES))
-        raise DataError(f"{path}: label {labels[bad]} at index {bad} is outside 0..9")
+    if labels.size and labels.max() >= mnist.NUM_CLASSES:
+        bad = int(np.argmax(labels >= mnist.NUM_CLASSES))
+        raise DataError(f"{path}: label {labels[bad]} at index {bad} is outside "
+                        f"0..{mnist.NUM_CLASSES - 1}")
     return labels
 
 

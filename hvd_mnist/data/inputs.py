@@ -26,8 +26,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from hvd_mnist.data import splits
-from hvd_mnist.training import model as model_lib
+from hvd_mnist.data import mnist, splits
 from hvd_mnist.errors import DataError, UserFacingError, short_reason
 
 PREFETCH_BATCHES = 2
@@ -174,7 +173,7 @@ class RecordInput:
 
         def decode(png, label):
             image = tf.io.decode_png(png, channels=1)
-            image.set_shape(model_lib.INPUT_SHAPE)
+            image.set_shape(mnist.IMAGE_SHAPE)
             return image, tf.cast(label, tf.int64)
 
         ds = ds.map(decode, num_parallel_calls=DECODE_THREADS, deterministic=True)

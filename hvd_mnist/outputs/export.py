@@ -14,15 +14,14 @@ import shutil
 
 import tensorflow as tf
 
-from hvd_mnist.data import splits
+from hvd_mnist.data import mnist, splits
 from hvd_mnist.outputs import files
 from hvd_mnist.process import runtime
-from hvd_mnist.training import model as model_lib
 
 DIRECTORY = "export"
 MARKER = "hvd_mnist_export.json"
 FORMAT_VERSION = 1
-IMAGES_SPEC = tf.TensorSpec([None, *model_lib.INPUT_SHAPE[:2]], tf.uint8, name="images")
+IMAGES_SPEC = tf.TensorSpec([None, mnist.IMAGE_SIDE, mnist.IMAGE_SIDE], tf.uint8, name="images")
 
 
 class Serving(tf.Module):
@@ -53,10 +52,11 @@ def write(model: tf.keras.Model, directory: str, about: dict) -> None:
         tf.saved_model.save(serving, temporary, signatures={"serving_default": serving.serve})
         with open(os.path.join(temporary, MARKER), "w") as f:
             json.dump({"format_version": FORMAT_VERSION, "signature": "serving_default",
-                       "input": {"name": "images", "dtype": "uint8", "shape": [None, 28, 28],
+                       "input": {"name": "images", "dtype": "uint8",
+                                 "shape": IMAGES_SPEC.shape.as_list(),
                                  "values": "0 background .. 255 ink"},
                        "output": {"name": "probabilities", "dtype": "float32",
-                                  "shape": [None, model_lib.NUM_CLASSES]},
+                                  "shape": [None, mnist.NUM_CLASSES]},
                        **about}, f, indent=2)
         if os.path.exists(directory):
             os.replace(directory, previous)

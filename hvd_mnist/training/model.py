@@ -6,12 +6,9 @@ so they all train exactly the same network.
 
 import tensorflow as tf
 
-from hvd_mnist.data import splits
+from hvd_mnist.data import mnist, splits
 from hvd_mnist.process import keras_compat
 from hvd_mnist.training import precision as precision_lib
-
-NUM_CLASSES = 10
-INPUT_SHAPE = (28, 28, 1)
 
 
 def build_model(dropout: bool = True, dtype=tf.float32,
@@ -28,7 +25,7 @@ def build_model(dropout: bool = True, dtype=tf.float32,
     layers = tf.keras.layers
     hidden = precision_lib.layer_dtype(precision, dtype)
     return tf.keras.Sequential([
-        tf.keras.Input(shape=INPUT_SHAPE, dtype=dtype),
+        tf.keras.Input(shape=mnist.IMAGE_SHAPE, dtype=dtype),
         layers.Conv2D(32, kernel_size=(3, 3), activation="relu", dtype=hidden),
         layers.Conv2D(64, (3, 3), activation="relu", dtype=hidden),
         layers.MaxPooling2D(pool_size=(2, 2), dtype=hidden),
@@ -36,7 +33,7 @@ def build_model(dropout: bool = True, dtype=tf.float32,
         layers.Flatten(dtype=hidden),
         layers.Dense(128, activation="relu", dtype=hidden),
         keras_compat.dropout_layer(0.5 * keep, hidden),
-        layers.Dense(NUM_CLASSES, activation="softmax", dtype=dtype),
+        layers.Dense(mnist.NUM_CLASSES, activation="softmax", dtype=dtype),
     ], name="mnist_cnn")
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_mnist import config as config_lib
+from hvd_mnist.data import mnist
 from hvd_mnist.errors import CollectiveError
 from hvd_mnist.process import keras_compat
 from hvd_mnist.training import communication, model as model_lib
@@ -21,7 +22,7 @@ LABEL_SPEC = tf.TensorSpec([None], tf.int64)
 
 def image_spec(model) -> tf.TensorSpec:
     """A batch of the model's inputs: any batch size, so the short last batch does not retrace."""
-    return tf.TensorSpec([None, *model_lib.INPUT_SHAPE], model.inputs[0].dtype)
+    return tf.TensorSpec([None, *mnist.IMAGE_SHAPE], model.inputs[0].dtype)
 
 
 def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,

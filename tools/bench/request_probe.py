@@ -13,6 +13,7 @@ import time
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from hvd_mnist.data import mnist
 from hvd_mnist.process import runtime
 from hvd_mnist.training import model as model_lib, step as step_lib
 
@@ -22,8 +23,8 @@ BATCH, BLOCKS, STEPS, WARMUP = 64, 60, 4, 5
 def main():
     hvd.init()
     runtime.configure_threads(1)
-    images = tf.random.uniform([BATCH, *model_lib.INPUT_SHAPE])
-    labels = tf.random.uniform([BATCH], maxval=model_lib.NUM_CLASSES, dtype=tf.int64)
+    images = tf.random.uniform([BATCH, *mnist.IMAGE_SHAPE])
+    labels = tf.random.uniform([BATCH], maxval=mnist.NUM_CLASSES, dtype=tf.int64)
     model = model_lib.build_model()
     optimizer = model_lib.make_optimizer("adadelta", 1.0)
     optimizer.build(model.trainable_variables)

@@ -23,6 +23,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from absl import app, flags
 
+from hvd_mnist.data import mnist
 from hvd_mnist.process import keras_compat, runtime
 from hvd_mnist.training import model as model_lib, step as step_lib
 from hvd_mnist.outputs.timing import WINDOW_STEPS
@@ -59,7 +60,7 @@ def alternative_step(model, optimizer, loss_fn, loss_average="allreduce", autogr
 
 
 def variants(batch_size):
-    static_signature = [tf.TensorSpec([batch_size, *model_lib.INPUT_SHAPE], tf.float32),
+    static_signature = [tf.TensorSpec([batch_size, *mnist.IMAGE_SHAPE], tf.float32),
                         step_lib.LABEL_SPEC]
     return {
         "hvd_mnist": step_lib.make_train_step,
@@ -85,7 +86,7 @@ def build(name, make_step, seed):
 def keras_default_dropout_model():
     """build_model's network with Keras's default Dropout (legacy stateful random ops)."""
     seeded = model_lib.build_model()
-    layers = [tf.keras.Input(shape=model_lib.INPUT_SHAPE)]
+    layers = [tf.keras.Input(shape=mnist.IMAGE_SHAPE)]
     for layer in seeded.layers:
         config = layer.get_config()
         if isinstance(layer, tf.keras.layers.Dropout):
@@ -112,7 +113,7 @@ def main(argv):
     threads = runtime.threads_per_rank(args.threads_per_rank, topology.local_size,
                                        runtime.available_cpus())
     runtime.configure_threads(threads)
-    images = tf.random.stateless_uniform([args.batch_size, *model_lib.INPUT_SHAPE], (1, hvd.rank()))
+    images = tf.random.stateless_uniform([args.batch_size, *mnist.IMAGE_SHAPE], (1, hvd.rank()))
     labels = tf.random.stateless_uniform([args.batch_size], (2, hvd.rank()), maxval=10,
                                          dtype=tf.int64)
     steps, first_call_seconds = {}, {}

@@ -6,6 +6,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from hvd_mnist.data import mnist
 from hvd_mnist.training import model as model_lib
 
 
@@ -40,5 +41,5 @@ def build(batch_size: int, precision: str = "float32", seed: int = 0) -> Synthet
     return SyntheticTraining(
         model, optimizer, model_lib.make_loss(),
         model.trainable_variables,
-        tf.random.uniform([batch_size, *model_lib.INPUT_SHAPE]),
-        tf.random.uniform([batch_size], maxval=model_lib.NUM_CLASSES, dtype=tf.int64))
+        tf.random.uniform([batch_size, *mnist.IMAGE_SHAPE]),
+        tf.random.uniform([batch_size], maxval=mnist.NUM_CLASSES, dtype=tf.int64))
