@@ -134,3 +134,14 @@ def test_the_report_lists_each_edit_with_its_reason_and_each_run():
     assert ("added before `if __name__ == '__main__':`:\n\n  ```python\n      # (added) The "
             "largest spread") in text
     assert "the machine was shared" in text and "AVX2-only" in text and "abc1234" in text
+
+
+def test_a_progress_bar_forwarded_by_open_mpi_keeps_its_prefix_when_read_from_the_log(tmp_path):
+    # mpirun writes a progress bar's states after one `[1,0]<stdout>:` prefix, split by
+    # carriage returns; reading the log with universal newlines would cut them off it.
+    log = tmp_path / "horovodrun.log"
+    log.write_bytes(b"[1,0]<stdout>:Epoch 1/1\n[1,0]<stdout>:\r 1/60 - loss: 2.3\x08\x08"
+                    b"\r60/60 - 1s/step - loss: 0.11\n")
+    summary = horovod_examples.summarize(horovod_examples.read_log(log))
+    assert (summary["first_loss"], summary["last_loss"], summary["loss_lines"]) == (
+        "1/60 - loss: 2.3", "60/60 - 1s/step - loss: 0.11", 2)

@@ -169,12 +169,20 @@ def summarize(log: str) -> dict:
             "horovod_frame": frames[-1] if frames and errors else ""}
 
 
+def read_log(path: Path) -> str:
+    """A run's log with its carriage returns kept: a progress bar's states follow one
+    `[rank]<stdout>:` prefix, separated by them (Python's universal newlines would make
+    each state a line of its own, without the prefix that marks it a worker's)."""
+    with path.open(newline="") as f:
+        return f.read()
+
+
 def summarize_again(record: dict) -> None:
     """Each run's summary read again from its kept log (the log is the record)."""
     for stages in (s for example in record["runs"].values() for s in example.values()):
         for run in stages.values():
             if Path(run["log"]).exists():
-                run.update(summarize(Path(run["log"]).read_text()))
+                run.update(summarize(read_log(Path(run["log"]))))
 
 
 def load_average() -> float:
@@ -204,7 +212,7 @@ def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> 
     return {"returncode": returncode, "seconds": round(time.monotonic() - start),
             "load": [load_before, load_average()], "log": str(log),
             "command": " ".join(command[:-2] + ["python", command[-1]]),
-            **summarize(log.read_text())}
+            **summarize(read_log(log))}
 
 
 def run(args) -> None:
