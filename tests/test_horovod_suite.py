@@ -208,3 +208,34 @@ def test_a_scratch_copys_test_is_matched_whatever_path_pytest_names_its_class_by
     assert horovod_suite._module_class("build.x.integration.test_e.Tests::test_a") \
         == "test_e.Tests::test_a"
     assert horovod_suite._module_class("test_e.Tests::test_a") == "test_e.Tests::test_a"
+
+
+def test_a_scratch_copys_outcome_is_found_for_the_test_as_the_suite_named_it(tmp_path,
+                                                                             monkeypatch):
+    # The suite's run names a class from Horovod's tree (test.integration.test_x.Tests);
+    # pytest in the scratch copy, from wherever its rootdir falls (build.x.integration....).
+    source = tmp_path / "horovod" / "test"
+    (source / "integration" / "data").mkdir(parents=True)
+    (source / "integration" / "test_elastic_tensorflow2.py").write_text("# the tests\n")
+    (source / "integration" / "data" / "elastic_tensorflow2_main.py").write_text(
+        "    optimizer.lr.assign(lr * hvd.size())\n")
+    seen = {}
+
+    def run_file(args, controller, test_dir, test_file, pythonpath, junit_dir, node_ids=()):
+        seen["script"] = (test_dir / "data" / "elastic_tensorflow2_main.py").read_text()
+        seen["node_ids"] = list(node_ids)
+        return {"results": {
+            "build.x.integration.test_elastic_tensorflow2.Tests::test_reset_limit":
+                ("passed", "")}}
+
+    monkeypatch.setattr(horovod_suite, "run_file", run_file)
+    failing = ["test.integration.test_elastic_tensorflow2.Tests::test_reset_limit",
+               "test.integration.test_elastic_tensorflow2.Tests::test_single_rank_failure"]
+    evidence = horovod_suite.scratch_evidence(None, "integration", source / "integration",
+                                              "test_elastic_tensorflow2.py", failing,
+                                              tmp_path / "overlay", tmp_path / "out")
+    assert seen["script"] == "    optimizer.learning_rate.assign(lr * hvd.size())\n"
+    assert seen["node_ids"] == ["test_elastic_tensorflow2.py::Tests::test_reset_limit",
+                                "test_elastic_tensorflow2.py::Tests::test_single_rank_failure"]
+    assert evidence == {failing[0]: ("passed", ""),
+                        failing[1]: ("failed", "not run in the scratch copy")}

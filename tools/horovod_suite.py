@@ -206,7 +206,8 @@ def scratch_evidence(args, controller: str, test_dir: Path, test_file: str, stil
                    [_node_id(test_file, t) for t in explained])
     # Inside this repository's tree pytest names the copy's classes by their path from it.
     found = {_module_class(t): outcome for t, outcome in run["results"].items()}
-    return {t: found.get(t, ("failed", "not run in the scratch copy")) for t in explained}
+    return {t: found.get(_module_class(t), ("failed", "not run in the scratch copy"))
+            for t in explained}
 
 
 def _module_class(test_id: str) -> str:
