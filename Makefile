@@ -7,7 +7,8 @@ TF_FLAVOR ?= cpu
 # TensorFlow minor version, pinned by tools/pins/tf$(TF).txt. The default (2.21, Keras 3)
 # lives in .venv; TF=2.15 (or 2.16-2.19) builds and uses .venv-tf2.15 (BUILD_NOTES.md).
 TF ?= 2.21
-VENV := $(if $(filter 2.21,$(TF)),.venv,.venv-tf$(TF))
+# TF_FLAVOR=gpu (tensorflow[and-cuda], Horovod with NCCL) lives in .venv-gpu.
+VENV := $(if $(filter 2.21,$(TF)),.venv,.venv-tf$(TF))$(if $(filter gpu,$(TF_FLAVOR)),-gpu)
 BIN := $(VENV)/bin
 DATA_DIR ?= data/tfds
 MODEL_DIR ?= runs/mnist
@@ -36,14 +37,16 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat test-fresh parity bench bench-stacks bench-elastic plot scaling horovod-suite horovod-examples clean
+	test-repeat test-fresh parity bench bench-stacks bench-elastic plot scaling horovod-suite \
+	horovod-examples clean wheel test-gpu-build
 
 setup: $(SETUP_STAMP)
 ifeq ($(MPI),1)
 	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 endif
 
-$(SETUP_STAMP): tools/setup.sh tools/setup_python.sh setup.cfg tools/pins/tf$(TF).txt
+$(SETUP_STAMP): tools/setup.sh tools/setup_python.sh tools/build_horovod.sh setup.cfg \
+  tools/pins/tf$(TF).txt $(wildcard tools/pins/tf$(TF)-$(TF_FLAVOR).txt)
 	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
@@ -202,6 +205,18 @@ horovod-examples: $(SETUP_STAMP) $(DATA_STAMP)
 	  --pins=tools/pins/tf$(TF).txt --idx_dir=$(CURDIR)/data/cache/idx --controllers $$controllers \
 	  --out=build/horovod-examples/tf$(TF) \
 	  --report=reports/horovod_examples$(if $(filter 2.21,$(TF)),,_tf$(TF)).md
+
+# The patched Horovod as a wheel in dist/ for $(VENV)'s TensorFlow, flavour and MPI, to
+# pip install into another TF environment instead of compiling (docs/horovod.md).
+wheel: $(SETUP_STAMP)
+	VENV=$(CURDIR)/$(VENV) TF=$(TF) TF_FLAVOR=$(TF_FLAVOR) tools/build_horovod.sh wheel
+
+# The GPU build on this host, GPU or not: set up .venv-gpu, then NCCL built in, and the
+# parity, fault and step tests on it (BUILD_NOTES.md has the time; not in .ci/run).
+GPU_BUILD_TESTS ?= tests/test_gpu_build.py tests/test_parity.py tests/test_faults.py \
+  tests/test_train_step.py
+test-gpu-build:
+	$(MAKE) test TF_FLAVOR=gpu TESTS="$(GPU_BUILD_TESTS)"
 
 clean:
 	rm -rf $(MODEL_DIR)

@@ -6,7 +6,7 @@
 #
 #   tools/setup.sh                          CPU host, TF 2.21 + Keras 3 in .venv
 #   TF=2.15 VENV=.venv-tf2.15 tools/setup.sh  TF 2.15 (Keras 2); 2.16-2.19 add tf-keras
-#   TF_FLAVOR=gpu tools/setup.sh            GPU host: tensorflow[and-cuda]
+#   TF_FLAVOR=gpu VENV=.venv-gpu tools/setup.sh  tensorflow[and-cuda], Horovod with NCCL (any host)
 #   MPI=1 tools/setup.sh                    also Open MPI (Debian packages, as root), Horovod built with it,
 #                                           and Slurm and munge for the test bed's cluster
 #
@@ -19,7 +19,6 @@ PYTHON=${PYTHON:-}
 TF_FLAVOR=${TF_FLAVOR:-cpu}
 TF=${TF:-2.21}
 PINS=$ROOT/tools/pins/tf$TF.txt
-HOROVOD_VERSION=0.28.1
 LOG_DIR=$VENV/setup-logs
 
 # Runs one named step with its output in a log; on failure prints the step's
@@ -45,8 +44,15 @@ case $TF_FLAVOR in
   *) echo "setup: TF_FLAVOR must be cpu or gpu, not '$TF_FLAVOR'" >&2; exit 2 ;;
 esac
 if [ ! -f "$PINS" ]; then
-  echo "setup: no pins for TF=$TF; supported: $(cd "$ROOT/tools/pins" && ls | sed 's/^tf//; s/\.txt$//' | tr '\n' ' ')" >&2
+  echo "setup: no pins for TF=$TF; supported: $(cd "$ROOT/tools/pins" && ls | grep -v -- - | sed 's/^tf//; s/\.txt$//' | tr '\n' ' ')" >&2
   exit 2
+fi
+# TF_FLAVOR=gpu: tools/pins/tf<TF>-gpu.txt pins the CUDA wheels and names the GPU patches.
+flavour_pins=()
+if [ "$TF_FLAVOR" = gpu ]; then
+  [ -f "$ROOT/tools/pins/tf$TF-gpu.txt" ] || { echo "setup: no GPU pins for TF=$TF (tools/pins/tf$TF-gpu.txt)" >&2; exit 2; }
+  # With the CUDA C++ headers that Horovod's kernels need and TensorFlow does not.
+  flavour_pins=(-c "$ROOT/tools/pins/tf$TF-gpu.txt" nvidia-cuda-cccl-cu12)
 fi
 pinned() {  # the version tools/pins/tf<TF>.txt gives a distribution, or nothing
   sed -n "s/^$1==//p" "$PINS"
@@ -121,7 +127,7 @@ if [ "$(installed_version $tf_dist)" != "$TF_VERSION" ] \
    || [ "$ROOT/setup.cfg" -nt "$VENV/.deps-installed" ] \
    || [ "$PINS" -nt "$VENV/.deps-installed" ]; then
   step "install TensorFlow $TF_VERSION and deps" "${PIP[@]}" install -e "$ROOT[test]" "$tf_spec" \
-    -c "$PINS"
+    -c "$PINS" "${flavour_pins[@]}"
   touch "$VENV/.deps-installed"
 fi
 
@@ -132,66 +138,17 @@ if [ -n "$tf_keras_version" ] && [ "$(installed_version tf-keras)" != "$tf_keras
   step "install tf-keras $tf_keras_version" "${PIP[@]}" install --no-deps "tf-keras==$tf_keras_version"
 fi
 
-# Horovod's extension is compiled against one TensorFlow's headers and ABI:
-# rebuilt when the venv's TensorFlow is not the one it was built against, and
-# with MPI=1 when it was built without MPI.
-# Patches to Horovod's sdist that a TensorFlow version needs, named in its pins file
-# by "# horovod-patch: NAME" lines (tools/horovod-patches/NAME; why: BUILD_NOTES.md).
-horovod_patches=()
-while read -r name; do horovod_patches+=("$name"); done < <(sed -n 's/^# horovod-patch: //p' "$PINS")
-horovod_build="$tf_dist $TF_VERSION${horovod_patches[*]:+ patched: ${horovod_patches[*]}}"
-# The patches' contents too: a patch changed under the same name builds Horovod again.
-if [ ${#horovod_patches[@]} -gt 0 ]; then
-  horovod_build+=" sha256 $(cd "$ROOT/tools/horovod-patches" && cat "${horovod_patches[@]}" \
-                            | sha256sum | cut -c1-16)"
-fi
-build_patched_horovod() {
-  local src
-  src=$(mktemp -d)
-  "${PIP[@]}" download --no-deps --no-binary :all: -d "$src" "horovod==$HOROVOD_VERSION" &&
-    tar -xzf "$src/horovod-$HOROVOD_VERSION.tar.gz" -C "$src" || return 1
-  for name in "${horovod_patches[@]}"; do
-    echo "applying $name"
-    patch -d "$src/horovod-$HOROVOD_VERSION" -p1 <"$ROOT/tools/horovod-patches/$name" || return 1
-  done
-  "${PIP[@]}" install --no-build-isolation --no-cache-dir "$src/horovod-$HOROVOD_VERSION" &&
-    rm -rf "$src"
-}
-# The report is read whole first: with pipefail, `horovodrun ... | grep -q` fails whenever
-# grep stops reading before horovodrun has written its last line.
-has_mpi_build() {
-  local report
-  report=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) && grep -q '\[X\] MPI' <<<"$report"
-}
-BUILT_AGAINST=$VENV/.horovod-built-against
-if [ "$(installed_version horovod)" != "$HOROVOD_VERSION" ] \
-   || [ "$(cat "$BUILT_AGAINST" 2>/dev/null)" != "$horovod_build" ] \
-   || { [ "${MPI:-0}" = 1 ] && ! has_mpi_build; }; then
-  # Gloo always; MPI only where OpenMPI is installed; no PyTorch or MXNet.
-  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
-  export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
-  if command -v mpirun >/dev/null && mpirun --version 2>/dev/null | grep -qi 'open mpi'; then
-    export HOROVOD_WITH_MPI=1
-  else
-    export HOROVOD_WITHOUT_MPI=1
-  fi
-  if [ "$TF_FLAVOR" = gpu ]; then
-    export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
-  fi
-  # Horovod's setup.py runs `cmake --build` without -j: one compiler at a time. make reads
-  # its job count from MAKEFLAGS, so every core compiles. Set, not defaulted: under
-  # `make setup` it holds the outer make's own flags and variables (" -- MPI=1"), no -j.
-  export MAKEFLAGS=-j$(nproc)
-  if [ -n "$(installed_version horovod)" ]; then
-    step "uninstall the old horovod" "${PIP[@]}" uninstall -y horovod
-  fi
-  if [ ${#horovod_patches[@]} -eq 0 ]; then
-    step "build horovod $HOROVOD_VERSION" "${PIP[@]}" install --no-build-isolation --no-cache-dir \
-      "horovod==$HOROVOD_VERSION"
-  else
-    step "build patched horovod" build_patched_horovod
-  fi
-  echo "$horovod_build" >"$BUILT_AGAINST"
+# Horovod's extension is compiled against one TensorFlow's headers and ABI, so it is
+# built after TensorFlow, as a wheel in dist/ whose version names the TensorFlow, the
+# flavour, MPI and the patches (tools/build_horovod.sh); a matching wheel already in
+# dist/ is installed without compiling. Rebuilt when any of those changes, so also with
+# MPI=1 after a build without MPI.
+export VENV TF TF_FLAVOR
+horovod_version=$("$ROOT/tools/build_horovod.sh" version)
+if [ "$(installed_version horovod)" != "$horovod_version" ]; then
+  step "build horovod wheel" "$ROOT/tools/build_horovod.sh" wheel
+  horovod_wheel=$(tail -n 1 "$LOG_DIR/build_horovod_wheel.log")
+  step "install horovod wheel" "${PIP[@]}" install "$horovod_wheel"
 fi
 
 check_build() {
@@ -201,5 +158,7 @@ check_build() {
   # The line for a framework or controller reads "[X] TensorFlow" when built in.
   grep -q '\[X\] TensorFlow' <<<"$report" || { echo "horovod was built without TensorFlow"; return 1; }
   grep -q '\[X\] Gloo' <<<"$report" || { echo "horovod was built without Gloo"; return 1; }
+  [ "$TF_FLAVOR" = cpu ] || grep -q '\[X\] NCCL' <<<"$report" ||
+    { echo "horovod was built without NCCL"; return 1; }
 }
 step "horovodrun --check-build" check_build
