@@ -67,11 +67,13 @@ ensure_build_packages
 
 # System packages, only when missing and only as root (else the tests that
 # need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
-# iproute2 and openssh-server; MPI=1 adds Open MPI, so Horovod is built with it,
+# iproute2 and openssh-server; the fault tests make a directory immutable as root with
+# chattr (e2fsprogs, not in Debian 13's minimal system); MPI=1 adds Open MPI, so Horovod is built with it,
 # and Slurm with munge for the Slurm cluster on the test bed (tools/slurm/bed.sh).
 apt_packages=()
 command -v ip >/dev/null || apt_packages+=(iproute2)
 [ -x /usr/sbin/sshd ] || apt_packages+=(openssh-server)
+command -v chattr >/dev/null || apt_packages+=(e2fsprogs)
 if [ "${MPI:-0}" = 1 ] && ! command -v mpirun >/dev/null; then
   apt_packages+=(openmpi-bin libopenmpi-dev)
 fi
