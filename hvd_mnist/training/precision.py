@@ -25,8 +25,9 @@ COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                   "mixed_float16": "float16"}
 # Where the kernels of TensorFlow's CPU build (oneDNN) compute bfloat16 in hardware.
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: capped there, oneDNN
-# emulates bfloat16 whatever the CPU has (make test-avx2-arithmetic caps it at AVX2).
+# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: capped there, oneDNN has
+# no bfloat16 instructions whatever the CPU has (emulated, or for the lowest caps none at
+# all: ISA_CAPS_WITHOUT_BFLOAT16_CONVOLUTION).
 ISA_CAPS_WITHOUT_BFLOAT16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE",
                              "AVX512_CORE_VNNI")
 # Caps under which oneDNN has no bfloat16 convolution at all. TensorFlow decides who computes
