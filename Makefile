@@ -45,8 +45,10 @@ ifeq ($(MPI),1)
 	MPI=1 PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 endif
 
+# A changed patch changes the Horovod wheel's version, so setup.sh rebuilds it (only then).
 $(SETUP_STAMP): tools/setup.sh tools/setup_python.sh tools/build_horovod.sh setup.cfg \
-  tools/pins/tf$(TF).txt $(wildcard tools/pins/tf$(TF)-$(TF_FLAVOR).txt)
+  tools/pins/tf$(TF).txt $(wildcard tools/pins/tf$(TF)-$(TF_FLAVOR).txt) \
+  $(wildcard tools/horovod-patches/*.patch)
 	MPI=$(MPI) PYTHON=$(PYTHON) TF_FLAVOR=$(TF_FLAVOR) TF=$(TF) VENV=$(CURDIR)/$(VENV) tools/setup.sh
 	touch $@
 
@@ -213,7 +215,7 @@ wheel: $(SETUP_STAMP)
 
 # The GPU build on this host, GPU or not: set up .venv-gpu, then NCCL built in, and the
 # parity, fault and step tests on it (BUILD_NOTES.md has the time; not in .ci/run).
-GPU_BUILD_TESTS ?= tests/test_gpu_build.py tests/test_parity.py tests/test_faults.py \
+GPU_BUILD_TESTS ?= tests/test_gpu_build.py tests/test_check_gpus.py tests/test_parity.py tests/test_faults.py \
   tests/test_train_step.py
 test-gpu-build:
 	$(MAKE) test TF_FLAVOR=gpu TESTS="$(GPU_BUILD_TESTS)"

@@ -5,6 +5,7 @@ wheels beside it. Skipped on a venv without those wheels (the CPU flavour).
 
 import importlib.metadata
 import importlib.util
+import os
 import pathlib
 import subprocess
 import sys
@@ -42,14 +43,39 @@ def test_check_build_lists_nccl_tensorflow_and_gloo():
         assert line in report
 
 
-def test_the_library_needs_cudart_and_nccl_from_beside_it():
-    # Linked, not left to whatever loaded them first: a GPU host calls into both.
+def mpi_library() -> pathlib.Path:
     horovod_dir = pathlib.Path(importlib.util.find_spec("horovod").origin).parent
-    library = next((horovod_dir / "tensorflow").glob("mpi_lib*.so"))
-    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True,
-                             check=True).stdout
-    assert "[libcudart.so.12]" in dynamic and "[libnccl.so.2]" in dynamic
+    return next((horovod_dir / "tensorflow").glob("mpi_lib*.so"))
+
+
+def test_the_library_looks_for_cudart_and_nccl_beside_it():
+    dynamic = subprocess.run(["readelf", "-d", str(mpi_library())], capture_output=True,
+                             text=True, check=True).stdout
+    assert "[libnccl.so.2]" in dynamic
     assert "$ORIGIN/../../nvidia/cuda_runtime/lib:$ORIGIN/../../nvidia/nccl/lib" in dynamic
+
+
+def test_its_cuda_and_nccl_calls_bind_to_tensorflows_own(tmp_path):
+    # One CUDA runtime and one NCCL per process, TensorFlow's: every cuda* and nccl* symbol
+    # the library needs binds, at load (it is linked with -z now), to TensorFlow's stubs
+    # in libtensorflow_framework.so.2, which load the nvidia-* wheels (the next test).
+    library = mpi_library()
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(library)],
+                               capture_output=True, text=True, check=True).stdout.split()
+    needed = {name for name in undefined if name.startswith(("cuda", "__cuda", "nccl"))}
+    assert {"cudaSetDevice", "cudaLaunchKernel", "__cudaRegisterFatBinary",
+            "ncclAllReduce"} <= needed
+    subprocess.run([sys.executable, "-c", "import horovod.tensorflow"], check=True,
+                   timeout=300, env={**os.environ, "LD_DEBUG": "bindings",
+                                     "LD_DEBUG_OUTPUT": str(tmp_path / "ld")})
+    bound = {}
+    for log in tmp_path.glob("ld.*"):
+        for line in log.read_text().splitlines():
+            if f"binding file {library} " in line and "normal symbol `" in line:
+                target = line.split(" to ", 1)[1].split(" [", 1)[0]
+                bound[line.rsplit("`", 1)[1].rstrip("'")] = pathlib.Path(target).name
+    assert {name: bound.get(name) for name in needed} == {
+        name: "libtensorflow_framework.so.2" for name in needed}
 
 
 def test_the_library_loads_nccl_and_cudart_from_the_nvidia_wheels():
