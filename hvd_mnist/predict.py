@@ -1,4 +1,4 @@
-"""Classifies digits with a model exported by a training run (hvd_mnist/export.py).
+"""Classifies digits with a model exported by a training run (hvd_mnist/outputs/export.py).
 
     python -m hvd_mnist.predict --model=runs/mnist/export FILE...
     python -m hvd_mnist.predict --model=runs/mnist/export --test_split [--data_dir=data/tfds]

@@ -1,6 +1,7 @@
 """The docs against the code, so they cannot drift: the flag tables of docs/usage.md,
 an entry in docs/troubleshooting.md for every error message, every path, module and
-`make` target README.md and docs/*.md name, and the README's length.
+`make` target README.md, BUILD_NOTES.md and docs/*.md name, every path the code's own
+comments and messages name, and the README's length.
 
 Fast: reads source with `ast`, and defines each entry point's flags in a child
 process (no TensorFlow is imported for that).
@@ -16,7 +17,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "BUILD_NOTES.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # docs/usage.md: each of these headings holds a table with one `--flag` per row, and
 # together they must name exactly the flags the module defines.
@@ -32,8 +33,9 @@ FLAG_TABLES = {
 ERROR_CLASSES = {"UserFacingError", "DataError", "CollectiveError", "UsageError"}
 # The literal runs of a message this long or longer must appear in its entry.
 MIN_FRAGMENT = 8
-# Prose inside quoted error messages ("make it again with: make data") is not a target.
-NOT_TARGETS = {"it", "the", "them", "a", "sure"}
+# Prose inside quoted error messages ("make it again with: make data") is not a target,
+# nor the next package of a list of Debian packages ("gcc g++ cmake make patch").
+NOT_TARGETS = {"it", "the", "them", "a", "sure", "patch"}
 
 
 def text_of(path: pathlib.Path) -> str:
@@ -176,10 +178,37 @@ def mentions(pattern: str):
     return [(doc, match) for doc in DOCS for match in re.findall(pattern, text_of(doc))]
 
 
+# A path that goes on as a pattern (tools/pins/tf<TF>.txt, tools/horovod-patches/keras3-*.patch,
+# reports/horovod_suite$(...)) or ends in a placeholder in capitals (horovod-patches/NAME).
+PATTERN_GOES_ON = re.compile(r"[\w./-]*[<$*{\[]")
+PLACEHOLDER = re.compile(r"/[A-Z]+$")
+
+
+def missing_paths(text: str) -> list:
+    """The repository paths `text` names that do not exist, patterns left out."""
+    return [match.group(1) for match in REPO_PATH.finditer(text)
+            if not (PATTERN_GOES_ON.match(text, match.end()) or PLACEHOLDER.search(match.group(1))
+                    or (ROOT / match.group(1)).exists())]
+
+
 def test_repository_paths_the_docs_name_exist():
-    wrong = [f"{doc.relative_to(ROOT)}: {path}" for doc, path in mentions(REPO_PATH.pattern)
-             if not (ROOT / path).exists()]
+    wrong = [f"{doc.relative_to(ROOT)}: {path}" for doc in DOCS
+             for path in missing_paths(text_of(doc))]
     assert not wrong, "no such file:\n" + "\n".join(wrong)
+
+
+# Where code names a file: its comments, docstrings and messages.
+SOURCES = ("*.py", "*.sh", "*.txt", "*.patch", "Makefile", "setup.cfg", ".ci/run")
+# Files whose paths are data, not references: {file: why}.
+PATHS_AS_DATA = {"tests/test_bench_tools.py": "the report names a partial bench run would write"}
+
+
+def test_repository_paths_the_code_names_exist():
+    sources = subprocess.run(["git", "ls-files", *SOURCES], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    wrong = [f"{source}: {path}" for source in sources if source not in PATHS_AS_DATA
+             for path in missing_paths(text_of(ROOT / source))]
+    assert not wrong, "no such file:\n" + "\n".join(sorted(set(wrong)))
 
 
 def anchors(markdown: str) -> set:

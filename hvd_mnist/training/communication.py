@@ -55,7 +55,7 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
     def count_the_batch():
         optimizer.iterations.assign_add(1)
 
-    # Without autograph, as train.make_train_step (its one branch is an explicit tf.cond).
+    # Without autograph, as step.make_train_step (its one branch is an explicit tf.cond).
     @tf.function(input_signature=input_signature, autograph=False)
     def train_step(images, labels):
         with tf.GradientTape() as tape:
