@@ -116,7 +116,8 @@ test-fresh:
 # The tests marked `hosts` on a test bed of network namespaces (tools/hosts.sh; root):
 # two-host horovodrun (tests/test_hosts.py), verify (tests/test_verify.py) and Slurm batch
 # jobs (tests/test_slurm.py, tools/slurm/bed.sh; `make setup MPI=1` installs Slurm); about
-# 15 minutes on a quiet machine: too long for `make test`.
+# 5 minutes (295 s on the AVX-512 EPYC, 318 s on the AVX2-only one, quiet: BUILD_NOTES.md, CI
+# time): too long for `make test`.
 test-hosts: $(SETUP_STAMP)
 	$(BIN)/python -m pytest -v -m hosts
 
@@ -128,19 +129,19 @@ REPEAT_TESTS ?= tests/test_faults.py tests/test_horovodrun.py tests/test_preempt
 test-repeat: $(SETUP_STAMP)
 	tools/repeat_tests.sh $(REPEAT) $(BIN)/python -m "not hosts" $(REPEAT_TESTS)
 
-# Both training paths on the full data at -np 2, then reports/parity.md (~30 min).
+# Both training paths on the full data at -np 2 (two full trainings), then reports/parity.md.
 parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Throughput, memory, start-up, time-to-99%, input modes and each precision against the
 # machine's peak, side by side; reports/bench.json
-# (~17 min).
+# (2,669 s on the Intel Xeon with AMX, reports/bench.md's header).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
 
 # The custom loop on the default stack (.venv: TF 2.21, Keras 3, Python 3.12) beside an
 # older one (.venv-tf$(OLD_TF)), taking turns in one run at -np 1, 2 and 4; sets up both
-# venvs first; reports/bench_stacks.md (~10 min).
+# venvs first; reports/bench_stacks.md (679 s on the Intel Xeon with AMX, its header).
 OLD_TF ?= 2.15
 bench-stacks: $(DATA_STAMP)
 	$(MAKE) setup TF=2.21
@@ -149,7 +150,7 @@ bench-stacks: $(DATA_STAMP)
 	  --old_venv=.venv-tf$(OLD_TF)
 
 # --elastic without a failure beside a normal run at -np 2, taking turns, then the time
-# from a worker's SIGKILL to the survivor's first commit; reports/elastic.md (~10 min).
+# from a worker's SIGKILL to the survivor's first commit; reports/elastic.md.
 bench-elastic: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.elastic --data_dir=$(DATA_DIR)
 
@@ -157,7 +158,7 @@ plot: $(SETUP_STAMP)
 	$(BIN)/python -m tools.bench.plot --out=$(PLOT) $(PLOT_RUNS)
 
 # 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
-# reports/scaling.md (needs root for the test bed; ~15 min).
+# reports/scaling.md (needs root for the test bed; 519 s on the AVX-512 EPYC, its header).
 scaling: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.scaling --data_dir=$(DATA_DIR)
 
