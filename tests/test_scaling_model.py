@@ -21,8 +21,13 @@ def report():
 
 
 @pytest.fixture(scope="module")
-def gradients():
-    return sm.hvd_mnist_gradients()
+def inputs():
+    return scaling_tables.hvd_mnist_inputs()
+
+
+@pytest.fixture(scope="module")
+def gradients(inputs):
+    return inputs[0]
 
 
 @pytest.fixture(scope="module")

@@ -78,12 +78,6 @@ def model_gradients(model) -> list:
     return gradients
 
 
-def hvd_mnist_gradients() -> list:
-    """The gradients of hvd_mnist/training/model.py's model, float32."""
-    from hvd_mnist.training import model as model_lib
-    return model_gradients(model_lib.build_model())
-
-
 # ---------------------------------------------------------------- the terms
 
 def ring_factor(workers: int) -> float:

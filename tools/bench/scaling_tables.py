@@ -12,7 +12,7 @@ import math
 import subprocess
 import sys
 
-from tools.bench import launch, scaling, scaling_model as sm
+from tools.bench import flops, launch, scaling, scaling_model as sm
 
 WORKERS = (8, 16, 32, 64, 128, 256, 512)
 LINKS_GBIT = (10, 25, 100, 400)
@@ -35,10 +35,21 @@ RESNET101_BATCH = 64
 ACCUMULATE, LARGER_BATCH = 4, 4
 
 
+def hvd_mnist_inputs() -> tuple:
+    """(gradients, training FLOPs per image) of hvd_mnist/training/model.py's model, float32."""
+    from hvd_mnist.training import model as model_lib
+    model = model_lib.build_model()
+    return sm.model_gradients(model), flops.training_flops_per_image(model)["training"]
+
+
+def k520_step_seconds() -> float:
+    return K520_EPOCH_SECONDS / math.ceil(MNIST_TRAIN_IMAGES / BATCH)
+
+
 def cases(report, gradients) -> list:
     """[(name, compute seconds at batch 128, stack)]."""
     gradient_bytes = sum(g.nbytes for g in gradients)
-    k520 = K520_EPOCH_SECONDS / math.ceil(MNIST_TRAIN_IMAGES / BATCH)
+    k520 = k520_step_seconds()
     gpu = sm.Stack("NCCL", GPU_HOP_SECONDS, 0.0, overlap=True)
     return [("CPU, measured", report["baseline_1_host_1_worker"]["step_seconds"],
              sm.calibrated_stack(report, "Gloo", CPU_HOP_SECONDS, gradient_bytes)),
@@ -94,21 +105,28 @@ def commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
-def markdown(report, gradients) -> str:
+def markdown(report, gradients, training_flops_per_image) -> str:
     all_cases = cases(report, gradients)
     links = " | ".join(f"{g} Gbit/s" for g in LINKS_GBIT)
     rule = "|---" * (len(LINKS_GBIT) + 2) + "|"
     nbytes = sum(g.nbytes for g in gradients)
+    big = max(gradients, key=lambda g: g.nbytes)
+    k520_flops = BATCH * training_flops_per_image / k520_step_seconds()
     errors = [model / measured - 1 for measured, model in two_host_fit(report, gradients)]
     lines = [
         f"Model inputs: {nbytes // 4:,} float32 parameters = {nbytes:,} gradient bytes "
         f"in {len(gradients)} tensors (hvd_mnist/training/model.py); reports/scaling.json of "
-        f"{report['date']}, {report['machine'].split('), ')[0]}); commit {commit()}.",
+        f"{report['date']}, {report['machine'].split('), ')[0]}); commit {commit()}. "
+        f"The largest tensor, {big.layer}'s kernel, {100 * big.nbytes / nbytes:.0f}% of the "
+        f"bytes, is ready {100 * big.ready:.0f}% into a step's FLOPs.",
         f"At N = 2 the model is make scaling's fit: worst error over its "
         f"{len(errors)} measured rows {100 * max(map(abs, errors)):.0f}% "
         f"(target {100 * sm.TWO_HOST_TARGET:.0f}%).", "",
         "Compute per step of 128 images: " + "; ".join(
-            f"{name} {1000 * compute:.1f} ms" for name, compute, _ in all_cases) + ".", "",
+            f"{name} {1000 * compute:.1f} ms" for name, compute, _ in all_cases) + ". The K520 "
+        f"figure is {BATCH * training_flops_per_image / 1e9:.1f} GFLOP per step at "
+        f"{k520_flops / 1e9:.0f} GFLOP/s, {100 * k520_flops / K520_PEAK_FLOPS:.0f}% of its "
+        f"{K520_PEAK_FLOPS / 1e12:.2f} TFLOP/s float32 peak.", "",
         f"Efficiency, no lever (images/s of N workers / N x one worker's):", "",
         f"| step | workers | {links} |", rule]
     for name, compute, stack in all_cases:
@@ -149,9 +167,12 @@ def markdown(report, gradients) -> str:
               f"{1000 * resnet_compute:.0f} ms per step, {4 * RESNET101_PARAMETERS / 1e6:.0f} MB "
               f"of gradients, 25 Gbit/s, NCCL stack, nothing overlapped): "
               + ", ".join(f"{100 * sm.efficiency(resnet_compute, resnet, n, 25e9, no_overlap):.0f}%"
-                          f" at {n}" for n in (128, 512)) + ".", ""]
+                          f" at {n}" for n in (128, 512)) + ". Gradient MB per second of "
+              f"compute: ResNet-101 {4 * RESNET101_PARAMETERS / 1e6 / resnet_compute:.0f}; "
+              + "; ".join(f"hvd_mnist, {name} {nbytes / 1e6 / compute:.0f}"
+                          for name, compute, _ in all_cases) + ".", ""]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(markdown(sm.load_report(), sm.hvd_mnist_gradients()))
+    sys.stdout.write(markdown(sm.load_report(), *hvd_mnist_inputs()))
