@@ -20,8 +20,9 @@ BATCH = 128
 # keras-team/keras examples/mnist_cnn.py, this very model at batch 128 with Adadelta:
 # "16 seconds per epoch on a GRID K520 GPU" (the epoch's 10,000-image validation included).
 K520_EPOCH_SECONDS, MNIST_TRAIN_IMAGES = 16.0, 60_000
-# float32 peaks: one GK104 of a GRID K520, 1536 cores x 2 FLOP x 0.8 GHz; a V100 (SXM2),
-# 5120 cores x 2 FLOP x 1.53 GHz.
+# float32 peaks: one GK104 of a GRID K520, 1536 cores x 2 FLOP x 0.8 GHz (spec pages give
+# 745-800 MHz for the GRID GK104s: 2.3-2.5 TFLOP/s); a V100 (SXM2), 5120 cores x 2 FLOP x
+# 1.53 GHz.
 K520_PEAK_FLOPS, V100_PEAK_FLOPS = 1536 * 2 * 0.8e9, 15.7e12
 # One ring step's latency, assumed: Gloo over kernel TCP (the CPU stack here), NCCL over
 # RDMA (RoCE or InfiniBand, as in Horovod's benchmark).
@@ -147,7 +148,9 @@ def markdown(report, gradients, training_flops_per_image) -> str:
     serial = dataclasses.replace(stack, overlap=False)
     variants = [("fused, overlap", stack, True), ("per tensor, overlap", stack, False),
                 ("fused, no overlap", serial, True), ("per tensor, no overlap", serial, False)]
-    lines += ["", f"Tensor fusion and overlap, {name}, 25 Gbit/s, no lever:", "",
+    lines += ["", f"Tensor fusion and overlap, {name}, 25 Gbit/s, no lever (overlapped, the "
+              f"{len(gradients)} tensors leave in {len(sm.groups(gradients, compute, stack))} "
+              "groups):", "",
               "| workers | " + " | ".join(v for v, _, _ in variants) + " |",
               "|---" * (len(variants) + 1) + "|"]
     for n in (8, 64, 512):
