@@ -1,15 +1,18 @@
 """tools/bench/scaling_model.py: at two hosts it is make scaling's fit of the measured rows of
 reports/scaling.json, and past them it behaves as a ring allreduce must (efficiency falls
 with workers and rises with bandwidth, fp16 halves the wire, accumulation divides the
-allreduce, fusion saves a latency per tensor)."""
+allreduce, fusion saves a latency per tensor); docs/performance.md shows the tables the
+command prints."""
 
 import dataclasses
+import pathlib
 
 import pytest
 
 from tools.bench import scaling_model as sm
 from tools.bench import scaling_tables
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 LINKS = [gbit * 1e9 for gbit in scaling_tables.LINKS_GBIT]
 # Nothing but the wire: no per-byte stack cost, no latency, no cycle.
 WIRE_ONLY = sm.Stack("wire", 0.0, 0.0, overlap=False, cycle_seconds=0.0)
@@ -141,3 +144,12 @@ def test_the_calibrated_stack_reproduces_the_probes_fixed_cost(report, gradients
         assert added == pytest.approx(report["probes"]["unlimited"][
             f"allreduce_{precision}_seconds"])
 
+
+
+def test_the_docs_show_the_tables_the_command_prints(report, inputs):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    section = page.split("## Past one machine, on paper", 1)[1].split("\n## ", 1)[0]
+    printed = scaling_tables.markdown(report, *inputs)
+    tables = [line for line in printed.splitlines() if line.startswith("|")]
+    assert tables and tables == [line for line in section.splitlines() if line.startswith("|")]
+    assert "python -m tools.bench.scaling_tables" in section
