@@ -14,7 +14,7 @@ import sys
 
 from tools.bench import flops, launch, scaling, scaling_model as sm
 
-WORKERS = (8, 16, 32, 64, 128, 256, 512)
+MOST_WORKERS, TABLE_WORKERS = 512, (8, 32, 128, 512)
 LINKS_GBIT = (10, 25, 100, 400)
 BATCH = 128
 # keras-team/keras examples/mnist_cnn.py, this very model at batch 128 with Adadelta:
@@ -72,7 +72,7 @@ def efficiency(compute, gradients, workers, gbit, stack, **kwargs) -> float:
 
 def reach(compute, gradients, gbit, stack, floor, **kwargs) -> str:
     """The most workers, 2 to 512, that keep `floor`: a number, "all" or "none"."""
-    for workers in range(2, WORKERS[-1] + 1):
+    for workers in range(2, MOST_WORKERS + 1):
         if efficiency(compute, gradients, workers, gbit, stack, **kwargs) < floor:
             return str(workers - 1) if workers > 2 else "none"
     return "all"
@@ -131,7 +131,7 @@ def markdown(report, gradients, training_flops_per_image) -> str:
         f"Efficiency, no lever (images/s of N workers / N x one worker's):", "",
         f"| step | workers | {links} |", rule]
     for name, compute, stack in all_cases:
-        for n in (8, 32, 128, 512):
+        for n in TABLE_WORKERS:
             cells = " | ".join(f"{100 * efficiency(compute, gradients, n, g, stack):.0f}%"
                                for g in LINKS_GBIT)
             lines.append(f"| {name} | {n} | {cells} |")
