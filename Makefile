@@ -37,7 +37,8 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat test-fresh parity bench bench-stacks bench-elastic plot scaling horovod-suite \
+	test-repeat test-fresh parity bench bench-torch torch-venv bench-stacks bench-elastic plot \
+	scaling horovod-suite \
 	horovod-examples clean wheel test-gpu-build
 
 setup: $(SETUP_STAMP)
@@ -138,6 +139,16 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 # (2,669 s on the Intel Xeon with AMX, reports/bench.md's header).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+
+# make bench's part "torch" alone: hvd_mnist against the same job in PyTorch DDP and Horovod's
+# example at -np 1, 2 and 4, float32 and bfloat16; makes .venv-torch first when it is missing
+# (torch-venv); reports/bench_torch.json and .md. Not yet timed on a quiet machine.
+bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
+
+# The PyTorch venv of make bench (tools/pins/torch.txt: PyTorch's CPU build, Python 3.11).
+torch-venv: $(SETUP_STAMP)
+	$(BIN)/python -m tools.bench.torch_venv --venv=.venv-torch
 
 # The custom loop on the default stack (.venv: TF 2.21, Keras 3, Python 3.12) beside an
 # older one (.venv-tf$(OLD_TF)), taking turns in one run at -np 1, 2 and 4; sets up both

@@ -105,8 +105,11 @@ def test_ratios_carry_a_times_sign_and_tables_are_markdown():
 
 
 @pytest.mark.parametrize("parts, path", [
-    (["paths", "accuracy", "inputs", "versus", "limit"], "reports/bench.json"),
-    (["limit", "versus", "paths", "accuracy", "inputs"], "reports/bench.json"),  # any order
+    (["paths", "accuracy", "inputs", "versus", "torch", "limit"], "reports/bench.json"),
+    (["limit", "torch", "versus", "paths", "accuracy", "inputs"], "reports/bench.json"),  # any order
+    (["paths", "accuracy", "inputs", "versus", "limit"],  # make bench without PyTorch
+     "reports/bench_paths_accuracy_inputs_versus_limit.json"),
+    (["torch"], "reports/bench_torch.json"),  # make bench-torch
     (["paths", "accuracy", "inputs", "versus"], "reports/bench_paths_accuracy_inputs_versus.json"),
     (["inputs"], "reports/bench_inputs.json"),
     (["versus", "paths"], "reports/bench_paths_versus.json"),  # in the parts' own order

@@ -1,6 +1,6 @@
 """make bench: the training paths side by side on this machine, in one run.
 
-    python -m tools.bench [--parts=paths,accuracy,inputs,versus,limit]    (~60 min on 2 cores)
+    python -m tools.bench [--parts=paths,accuracy,inputs,versus,torch,limit]  (~90 min, 2 cores)
 
 Parts, in this order:
   paths     1. the model's step in plain TF in this process, no Horovod (the machine's
@@ -14,6 +14,9 @@ Parts, in this order:
                (input_modes.py);
   versus    5. hvd_mnist against Horovod's own example at each --nps (versus_example.py),
                then the step's and start-up levers (levers.py);
+  torch        hvd_mnist against the same job in PyTorch DDP under torchrun, and Horovod's
+               example, taking turns at each --nps, in float32 and bfloat16, in the PyTorch
+               venv the bench makes when it is missing (versus_torch.py, torch_venv.py);
   limit     6. each --precision against the machine's measured peak: FLOPs per training
                image, matmul and convolution peaks, where one step's time goes layer by
                layer, achieved GFLOP/s at each --nps, and time to 99.0% per precision and
@@ -33,9 +36,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from tools.bench import (baselines, in_process, input_modes, levers, limit,  # noqa: E402
-                         machine, training_paths, versus_example)
+                         machine, torch_venv, training_paths, versus_example, versus_torch)
 
-PARTS = ("paths", "accuracy", "inputs", "versus", "limit")
+PARTS = ("paths", "accuracy", "inputs", "versus", "torch", "limit")
 
 
 def define_flags():
@@ -62,7 +65,15 @@ def define_flags():
     flags.DEFINE_bool("limit_accuracy", True, "Part 6 also trains each precision to 99.0% "
                       "at -np 2 (about 20 min on 2 cores).")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
-                         "in part 5.", lower_bound=1)
+                         "in part 5 and in part torch.", lower_bound=1)
+    flags.DEFINE_string("torch_venv", torch_venv.DEFAULT_VENV, "The PyTorch venv of part "
+                        "torch, made (tools/pins/torch.txt) when missing.")
+    flags.DEFINE_list("torch_precisions", list(versus_torch.PRECISIONS), "Precisions of part "
+                      "torch: " + ", ".join(versus_torch.PRECISIONS) + ".")
+    flags.register_validator("torch_precisions",
+                             lambda v: bool(v) and set(v) <= set(versus_torch.PRECISIONS),
+                             message="--torch_precisions must name some of "
+                             + ", ".join(versus_torch.PRECISIONS))
 
 
 def report_path(report: str, parts: list) -> str:
@@ -103,6 +114,14 @@ def main(argv):
             nps, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir, baseline)
         print(versus_example.table(results["versus_example"]), flush=True)
         levers.measure(results, args.data_dir, args.out_dir)
+    if "torch" in args.parts:
+        torch_python = torch_venv.ensure(os.path.abspath(args.torch_venv))
+        results["versus_torch"] = {
+            "versions": torch_venv.versions(torch_python), "repeats": args.versus_repeats,
+            "comparison": versus_torch.compare(
+                nps, args.torch_precisions, args.versus_repeats, args.out_dir, args.data_dir,
+                args.idx_dir, torch_python, baseline)}
+        print(versus_torch.table(results["versus_torch"]["comparison"]), flush=True)
     if "limit" in args.parts:
         results["limit"] = limit.measure(nps, args.throughput_steps, args.data_dir,
                                          args.idx_dir, args.out_dir, args.limit_accuracy,
@@ -130,6 +149,8 @@ def write_reports(path: str, results: dict, versus_repeats: int) -> None:
                    versus_example.table(results["versus_example"]), "",
                    levers.startup_sentence(results["startup_levers"]), "",
                    levers.table(results["step_levers"], results["threads"]), ""]
+    if "versus_torch" in results:
+        sections += [*versus_torch.section(results["versus_torch"]), ""]
     if "limit" in results:
         sections += [limit.table(results["limit"]), ""]
         if "time_to_accuracy" in results["limit"]:

@@ -29,13 +29,15 @@ BATCH_SIZE = 128
 TIMEOUT_SECONDS = 600
 
 
-def run_example(np_, out_dir, idx_dir):
-    run_dir = os.path.join(out_dir, f"example_np{np_}")
+def run_example(np_, out_dir, idx_dir, steps=0, name=""):
+    """One run of the example: `steps` per worker (0: this part's IMAGES_IN_ALL in all), its
+    files in out_dir/name (example_np<N>)."""
+    run_dir = os.path.join(out_dir, name or f"example_np{np_}")
     launch_unix = time.time()
     rc, seconds = launch.job(np_, launch.python_module(
         "tools.bench.horovod_example", f"--idx_dir={os.path.abspath(idx_dir)}",
-        f"--steps={IMAGES_IN_ALL // BATCH_SIZE // np_}", f"--out_dir={os.path.abspath(run_dir)}"),
-        run_dir + ".log", TIMEOUT_SECONDS)
+        f"--steps={steps or IMAGES_IN_ALL // BATCH_SIZE // np_}",
+        f"--out_dir={os.path.abspath(run_dir)}"), run_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
         raise SystemExit(f"versus_example: the example failed ({rc}); see {run_dir}.log")
     ranks = []

@@ -1,0 +1,186 @@
+"""What make bench sets hvd_mnist beside: the same job in PyTorch DDP (tools/bench/torch_ddp.py),
+reading the same prepared data in the same order, and how the bench reads and reports its runs
+(versus_torch.py) and makes its venv (torch_venv.py).
+
+Only the job itself needs PyTorch: its test runs when the venv make torch-venv (or make bench)
+makes is there, and skips, naming it, when not; make test never makes it.
+"""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hvd_mnist.data import splits
+from tools.bench import launch, mnist_numpy, tables, torch_venv, versus_torch
+
+TORCH_PYTHON = torch_venv.python_of(torch_venv.DEFAULT_VENV)
+needs_torch_venv = pytest.mark.skipif(
+    not torch_venv.is_ready(torch_venv.DEFAULT_VENV),
+    reason=f"no PyTorch venv at {torch_venv.DEFAULT_VENV} (make torch-venv makes it)")
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28, 1),
+    np.array([3, 1, 4, 1, 5, 9, 2**40], dtype=np.int64),
+    np.zeros((0, 28, 28, 1), np.uint8),
+])
+def test_the_decoded_copys_tensors_are_read_with_numpy_alone(array):
+    data = tf.io.serialize_tensor(array).numpy()
+    read = mnist_numpy.parse_tensor(data)
+    assert read.dtype == array.dtype and read.shape == array.shape
+    assert np.array_equal(read, array)
+
+
+def test_a_tensor_of_another_dtype_is_refused():
+    with pytest.raises(ValueError, match="dtype 1, not uint8 or int64"):
+        mnist_numpy.parse_tensor(tf.io.serialize_tensor(np.ones(3, np.float32)).numpy())
+
+
+def test_the_pytorch_job_reads_the_same_examples_as_hvd_mnist(tiny_data_dir):
+    for split in splits.SPLITS:
+        images, labels = mnist_numpy.load_split(tiny_data_dir, split)
+        expected = splits.load_split(tiny_data_dir, split)
+        assert np.array_equal(images, expected.images)
+        assert np.array_equal(labels, expected.labels)
+
+
+def test_a_damaged_copy_stops_the_pytorch_job_naming_the_file(tiny_data_dir, tmp_path):
+    import shutil
+    data_dir = tmp_path / "tfds"
+    shutil.copytree(tiny_data_dir, data_dir)
+    labels = data_dir / mnist_numpy.DECODED_DIR / "test-labels.tensor"
+    labels.write_bytes(labels.read_bytes()[:-1] + b"\xff")
+    with pytest.raises(SystemExit, match=f"{labels} is damaged"):
+        mnist_numpy.load_split(str(data_dir), "test")
+
+
+@pytest.mark.parametrize("rank, size", [(0, 1), (0, 2), (1, 2), (3, 4)])
+def test_each_rank_trains_and_evaluates_the_examples_hvd_mnist_gives_it(rank, size):
+    kwargs = dict(seed=42, epoch=1, steps=160 // size, per_rank_batch_size=128, rank=rank,
+                  size=size)
+    indices = mnist_numpy.train_epoch_indices(60000, **kwargs)
+    assert indices.shape == (160 // size, 128)
+    assert np.array_equal(indices.reshape(-1), splits.train_epoch_indices(60000, **kwargs))
+    assert np.array_equal(mnist_numpy.eval_indices(10000, rank, size),
+                          splits.eval_indices(10000, rank, size))
+
+
+def test_the_pytorch_runs_result_is_the_line_rank_0_prints():
+    summary = {"test_accuracy": 0.95, "images_per_second": 1200.0,
+               "peak_rss_mib_per_rank": [540.5, 530.0],
+               "timing": {"first_step_unix_time": 1004.5}}
+    output = ("W1204 torchrun warning\n" + versus_torch.RESULT_PREFIX + json.dumps(summary)
+              + "\nother line\n")
+    assert versus_torch.parse_result(output) == summary
+    # Launch to the first step on the bench's clock; the largest rank's memory.
+    assert versus_torch.figures(summary, launch_unix=1000.0, wall_seconds=20.0) == {
+        "wall_seconds": 20.0, "images_per_second": 1200.0,
+        "launch_to_first_step_seconds": 4.5, "peak_rss_mib": 540.5, "test_accuracy": 0.95}
+
+
+def test_a_pytorch_run_without_its_line_stops_the_bench():
+    with pytest.raises(SystemExit, match="no line starting with 'torch_ddp result: '"):
+        versus_torch.parse_result("Traceback (most recent call last):\n")
+
+
+def test_the_pytorch_job_runs_under_the_pytorch_venvs_torchrun():
+    command = versus_torch.torchrun_command(2, "/v/bin/python", "--steps=3")
+    assert command == ["/v/bin/torchrun", "--standalone", "--nproc_per_node=2", "-m",
+                       "tools.bench.torch_ddp", "--steps=3"]
+
+
+def comparison_of(hvd_rate, torch_rate, hvd_wall=30.0, torch_wall=25.0):
+    def run(rate, wall, accuracy=0.97):
+        return {"wall_seconds": wall, "cpu_seconds": 2 * wall, "images_per_second": rate,
+                "launch_to_first_step_seconds": 5.0, "peak_rss_mib": 850.0,
+                "test_accuracy": accuracy}
+    medians = {"example": {k: v for k, v in run(1900, 45.0).items() if k != "test_accuracy"},
+               "hvd_mnist": run(hvd_rate, hvd_wall), "torch": run(torch_rate, torch_wall)}
+    from tools.bench import steady_state
+    return {"float32_np2": {
+        "np": 2, "precision": "float32", "median": medians,
+        "hvd_mnist_over_torch": steady_state.ratios(medians["hvd_mnist"], medians["torch"]),
+        "hvd_mnist_over_example": steady_state.ratios(medians["hvd_mnist"],
+                                                      medians["example"])}}
+
+
+def test_the_pytorch_rows_are_set_out_as_part_5s_with_the_ratios():
+    text = versus_torch.table(comparison_of(hvd_rate=1800, torch_rate=2000))
+    assert text.splitlines()[0] == ("| -np | run | whole process s | CPU s | steady images/s | "
+                                    "launch to 1st step s | peak RSS MiB/rank | test accuracy |")
+    assert "| 2 | Horovod's example | 45.0 | 90.0 | 1900 | 5.00 | 850 | – |" in text
+    assert "| 2 | hvd_mnist | 30.0 | 60.0 | 1800 | 5.00 | 850 | 97.00% |" in text
+    assert "| 2 | PyTorch DDP | 25.0 | 50.0 | 2000 | 5.00 | 850 | 97.00% |" in text
+    assert "| 2 | **hvd_mnist / PyTorch** | 1.20× | 1.20× | 0.900× | 1.00× | 1.00× |  |" in text
+    assert "| 2 | **hvd_mnist / example** | 0.667× |" in text
+
+
+@pytest.mark.parametrize("hvd_rate, hvd_wall, verdicts", [
+    (2100, 24.0, ["met (1.05×)", "met (0.960×)"]),
+    (1800, 30.0, ["missed (0.900×)", "missed (1.20×)"]),
+])
+def test_the_issues_targets_are_stated_met_or_missed_with_the_ratio(hvd_rate, hvd_wall,
+                                                                    verdicts):
+    lines = versus_torch.targets(comparison_of(hvd_rate, 2000, hvd_wall, 25.0))
+    assert lines == [
+        f"float32, -np 2: hvd_mnist's steady images/s at least PyTorch's: {verdicts[0]}",
+        f"float32, -np 2: hvd_mnist's whole-process wall at most PyTorch's: {verdicts[1]}"]
+
+
+def test_the_report_says_what_differs_between_the_jobs():
+    report = {"versions": {"torch": "2.13.0+cpu", "python": "3.11.7", "numpy": "2.4.6"},
+              "repeats": 3, "comparison": comparison_of(1800, 2000)}
+    text = "\n".join(versus_torch.section(report))
+    assert "PyTorch 2.13.0+cpu, Python 3.11.7" in text
+    assert "What differs:" in text and "Why that is fair:" in text
+    assert tables.ratio(0.9) in text
+
+
+def test_the_pytorch_venv_is_made_again_when_its_pins_change(tmp_path):
+    pins = tmp_path / "torch.txt"
+    pins.write_text("# pythons: 3.11\ntorch==2.13.0\n")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    assert not torch_venv.is_ready(str(venv), str(pins))  # no stamp: cut short
+    (venv / torch_venv.STAMP).write_text(pins.read_text())
+    assert torch_venv.is_ready(str(venv), str(pins))
+    pins.write_text("# pythons: 3.11\ntorch==2.14.0\n")
+    assert not torch_venv.is_ready(str(venv), str(pins))
+    assert torch_venv.pythons_allowed(str(pins)) == ["3.11"]
+
+
+def test_without_the_python_the_pins_allow_the_bench_says_what_to_install(monkeypatch,
+                                                                        tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    with pytest.raises(SystemExit, match="no Python 3.99 .* install one"):
+        torch_venv.find_python(["3.99"])
+
+
+@pytest.mark.long  # a torchrun -np 2 job: PyTorch's import and Gloo's start-up on each rank
+@needs_torch_venv
+def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_dir, tmp_path):
+    # 25 steps of 8 images per rank: 400 of the tiny set's 480, one 20-step window.
+    command = versus_torch.torchrun_command(
+        2, TORCH_PYTHON, f"--data_dir={tiny_data_dir}", f"--out_dir={tmp_path}", "--steps=25",
+        "--batch_size=8", "--timeout_seconds=60")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                            cwd=launch.REPO_ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = versus_torch.parse_result(result.stdout)
+    assert summary == json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_workers"] == 2 and summary["threads_per_rank"] >= 1
+    assert summary["test_examples"] == 100  # each rank its share, the sums met
+    assert summary["test_accuracy"] > 0.3  # the tiny set's bars are learnt within 25 steps
+    assert summary["images_per_second"] > 0
+    assert len(summary["timing"]["window_images_per_second"]) == 1
+    assert len(summary["peak_rss_mib_per_rank"]) == 2
+    assert min(summary["peak_rss_mib_per_rank"]) > 100
+    assert summary["launch_to_first_step_seconds"] > 0
+    assert (tmp_path / "checkpoint.pt").exists()  # rank 0's, at the end
+    assert result.stdout.count(versus_torch.RESULT_PREFIX) == 1  # rank 0 alone

@@ -1,0 +1,221 @@
+"""hvd_mnist against the same job in PyTorch DDP (torch_ddp.py) and Horovod's own example,
+side by side: make bench's part "torch"; `make bench-torch` runs it alone.
+
+The job: `horovodrun -np N python -m hvd_mnist.main --optimizer=adam --epochs=1
+--max_steps_per_epoch=160 --noexport`, 160 steps of 128 images per worker, Adam 0.001 x
+workers; `torchrun --standalone --nproc_per_node=N -m tools.bench.torch_ddp` in the PyTorch
+venv (torch_venv.py); Horovod's example (horovod_example.py) for the same 160 steps. Each
+precision (float32; mixed_bfloat16 beside torch.autocast's bfloat16, which the example
+has no counterpart of) at each -np: one warm-up round first (discarded: page cache, .pyc
+files), then `repeats` rounds, the programs taking turns. Each run is timed as part 5 times
+hvd_mnist and the example (versus_example.py): the whole process, launch to rank 0's
+first finished step, steady images/s (steady_state.py, the same code in the PyTorch job),
+the largest peak RSS of any rank, plus the CPU seconds of the job's processes (as their
+parents reaped them) and the final test accuracy; medians, and hvd_mnist's over PyTorch's
+and the example's.
+"""
+
+import os
+import resource
+import time
+
+from tools.bench import baselines, launch, steady_state, tables, training_run, versus_example
+
+STEPS = 160
+BATCH_SIZE = 128
+TIMEOUT_SECONDS = 600
+PRECISIONS = ("float32", "mixed_bfloat16")
+RESULT_PREFIX = "torch_ddp result: "  # torch_ddp.RESULT_PREFIX (that module imports torch)
+
+DIFFERENCES = """\
+What is the same in both jobs: the model's shapes and 1,199,882 weights, initialised as Keras \
+does (glorot_uniform, zero biases); Adam at 0.001 x workers with Keras's epsilon (1e-7); 128 \
+images per worker per step, 160 steps; the same decoded copy of MNIST, checked against the \
+same sha256s before the first step, in the same order on each rank; as many threads per \
+process as hvd_mnist's default (cores / workers on the host); the gradients' average over \
+the ranks (4.8 MB of float32) every step over Gloo; each rank evaluating its share of the \
+10,000 test images and the sums meeting; rank 0's checkpoint at the end. What differs: \
+hvd_mnist also averages each step's loss over the ranks and checks it is finite on every \
+rank, prefetches batches on a tf.data thread, broadcasts the optimizer's state with the \
+weights before step 1, and writes config.json, summary.json, TensorBoard events and a lock \
+on its model_dir; PyTorch reads the loss locally, gathers each batch on the training thread \
+and writes the checkpoint and summary.json. The loss is Keras's cross-entropy of the \
+softmax's probabilities against PyTorch's of the logits; the images are channels-last \
+against channels-first; dropout masks come from each framework's own generator. In \
+mixed_bfloat16 Keras computes every layer but the softmax in bfloat16 with float32 weights; \
+torch.autocast casts the convolutions' and dense layers' inputs and weights to bfloat16 and \
+runs the rest in float32. Why that is fair: both do the same arithmetic and move the same \
+bytes per step on the same cores and threads, each started as its users start it; what \
+hvd_mnist does beyond PyTorch's job is counted in its own times, against it, and steady \
+images/s, which leaves out start-up and the end, compares the steps alone."""
+
+
+def torchrun_command(np_: int, torch_python: str, *args) -> list:
+    """`torchrun --standalone --nproc_per_node=N -m tools.bench.torch_ddp args...` with the
+    PyTorch venv's torchrun, whose workers run that venv's python."""
+    return [os.path.join(os.path.dirname(torch_python), "torchrun"), "--standalone",
+            f"--nproc_per_node={np_}", "-m", "tools.bench.torch_ddp", *args]
+
+
+def parse_result(output: str) -> dict:
+    """The summary rank 0 of torch_ddp.py prints as one line; SystemExit without one."""
+    import json
+    for line in output.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    raise SystemExit("versus_torch: no line starting with "
+                     f"{RESULT_PREFIX!r} in the PyTorch job's output")
+
+
+def figures(summary: dict, launch_unix: float, wall_seconds: float) -> dict:
+    """The row of one run: what part 5 reports of hvd_mnist, from a torch_ddp summary."""
+    return {"wall_seconds": wall_seconds,
+            "images_per_second": summary["images_per_second"],
+            "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
+            "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
+            "test_accuracy": summary["test_accuracy"]}
+
+
+def run_torch(np_, precision, out_dir, data_dir, torch_python):
+    name = f"torch_{precision}_np{np_}"
+    run_dir = os.path.abspath(os.path.join(out_dir, name))
+    launch_unix = time.time()
+    command = torchrun_command(np_, torch_python, f"--data_dir={os.path.abspath(data_dir)}",
+                               f"--out_dir={run_dir}", f"--steps={STEPS}",
+                               f"--batch_size={BATCH_SIZE}", f"--precision={precision}",
+                               f"--launch_unix_time={launch_unix}")
+    log_path = run_dir + ".log"
+    rc, seconds = launch.run_logged(command, log_path, TIMEOUT_SECONDS)
+    if rc != 0:
+        raise SystemExit(f"versus_torch: the PyTorch job failed ({rc}); see {log_path}")
+    with open(log_path) as log:
+        return figures(parse_result(log.read()), launch_unix, seconds)
+
+
+def run_hvd_mnist(np_, precision, out_dir, data_dir):
+    run = training_run.measure(f"hvd_mnist_{precision}_np{np_}", np_, [
+        "--optimizer=adam", "--learning_rate=0.001", f"--batch_size={BATCH_SIZE}", "--epochs=1",
+        f"--max_steps_per_epoch={STEPS}", "--noexport", f"--precision={precision}"],
+        data_dir, out_dir, TIMEOUT_SECONDS)
+    return {**{key: run[key] for key in ("wall_seconds", "images_per_second",
+                                         "launch_to_first_step_seconds")},
+            "peak_rss_mib": max(run["peak_rss_mib_per_rank"]),
+            "test_accuracy": run["summary"]["test_accuracy"]}
+
+
+def with_cpu_seconds(run) -> dict:
+    """run()'s figures and the CPU seconds (user + system) of the processes it started,
+    as far as they were reaped: the bench runs one job at a time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures_ = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {**figures_, "cpu_seconds": (after.ru_utime - before.ru_utime)
+            + (after.ru_stime - before.ru_stime)}
+
+
+def programs(np_, precision, out_dir, data_dir, idx_dir, torch_python) -> dict:
+    """The runs of one round, in the order they take turns."""
+    out = {}
+    if precision == "float32":
+        out["example"] = lambda: versus_example.run_example(np_, out_dir, idx_dir, steps=STEPS,
+                                                            name=f"torch_example_np{np_}")
+    out["hvd_mnist"] = lambda: run_hvd_mnist(np_, precision, out_dir, data_dir)
+    out["torch"] = lambda: run_torch(np_, precision, out_dir, data_dir, torch_python)
+    return out
+
+
+def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python,
+            baseline=None, warmup=True) -> dict:
+    """{"<precision>_np<N>": every run's figures, their medians, hvd_mnist's over PyTorch's
+    (and over the example's), and that over the baseline report's}."""
+    baseline_ratios = baseline_torch_ratios(baseline) if baseline else {}
+    if warmup:
+        for who, run in programs(nps[0], precisions[0], out_dir, data_dir, idx_dir,
+                                 torch_python).items():
+            print(f"warm-up: {who} {run()['wall_seconds']:.1f} s", flush=True)
+    out = {}
+    for precision in precisions:
+        for np_ in nps:
+            runs = {}
+            for _ in range(repeats):
+                for who, run in programs(np_, precision, out_dir, data_dir, idx_dir,
+                                         torch_python).items():
+                    runs.setdefault(who, []).append(with_cpu_seconds(run))
+                print(f"{precision} np {np_}: " + ", ".join(
+                    f"{who} {rs[-1]['wall_seconds']:.1f} s" for who, rs in runs.items()),
+                    flush=True)
+            medians = {who: steady_state.median_of_runs(rs) for who, rs in runs.items()}
+            key = f"{precision}_np{np_}"
+            result = out[key] = {"np": np_, "precision": precision, "runs": runs,
+                                 "median": medians, "hvd_mnist_over_torch": steady_state.ratios(
+                                     medians["hvd_mnist"], medians["torch"])}
+            if "example" in medians:
+                result["hvd_mnist_over_example"] = steady_state.ratios(medians["hvd_mnist"],
+                                                                       medians["example"])
+            if key in baseline_ratios:
+                result["over_baseline"] = baselines.changes(result["hvd_mnist_over_torch"],
+                                                            baseline_ratios[key])
+    return out
+
+
+def baseline_torch_ratios(report: dict) -> dict:
+    """{"float32_np2": {figure: hvd_mnist / PyTorch}, ...} of an earlier report."""
+    return {key: result["hvd_mnist_over_torch"]
+            for key, result in report.get("versus_torch", {}).get("comparison", {}).items()
+            if "hvd_mnist_over_torch" in result}
+
+
+LABELS = {("float32", "example"): "Horovod's example",
+          ("float32", "hvd_mnist"): "hvd_mnist",
+          ("float32", "torch"): "PyTorch DDP",
+          ("mixed_bfloat16", "hvd_mnist"): "hvd_mnist, --precision=mixed_bfloat16",
+          ("mixed_bfloat16", "torch"): "PyTorch DDP, torch.autocast(bfloat16)"}
+RATIOS = (("hvd_mnist_over_torch", "hvd_mnist / PyTorch"),
+          ("hvd_mnist_over_example", "hvd_mnist / example"),
+          ("over_baseline", "hvd_mnist / PyTorch over the baseline's"))
+KEYS = ("wall_seconds", "cpu_seconds", "images_per_second", "launch_to_first_step_seconds",
+        "peak_rss_mib")
+
+
+def table(comparison: dict) -> str:
+    rows = []
+    for result in comparison.values():
+        np_, precision = result["np"], result["precision"]
+        for who, median in result["median"].items():
+            accuracy = median.get("test_accuracy")
+            rows.append([np_, LABELS[precision, who], *(tables.figure(median.get(k)) for k in KEYS),
+                         "–" if accuracy is None else f"{100 * accuracy:.2f}%"])
+        for key, label in RATIOS:
+            if key in result:
+                rows.append([np_, f"**{label}**",
+                             *(tables.ratio(result[key].get(k)) for k in KEYS), ""])
+    return tables.markdown(["-np", "run", "whole process s", "CPU s", "steady images/s",
+                            "launch to 1st step s", "peak RSS MiB/rank", "test accuracy"], rows)
+
+
+def targets(comparison: dict) -> list:
+    """Issue 41's targets against PyTorch, each met or missed with its figure: hvd_mnist's
+    steady images/s at least PyTorch's, and its whole-process wall at most PyTorch's."""
+    lines = []
+    for key, result in comparison.items():
+        ratios = result["hvd_mnist_over_torch"]
+        for figure, want, what in (("images_per_second", "at least", "steady images/s"),
+                                   ("wall_seconds", "at most", "whole-process wall")):
+            value = ratios.get(figure)
+            if value is None:
+                continue
+            met = value >= 1 if want == "at least" else value <= 1
+            lines.append(f"{result['precision']}, -np {result['np']}: hvd_mnist's {what} "
+                         f"{want} PyTorch's: {'met' if met else 'missed'} "
+                         f"({tables.ratio(value)})")
+    return lines
+
+
+def section(report: dict) -> list:
+    """The Markdown lines of this part: what ran, the table, the targets, the differences."""
+    v = report["versions"]
+    return [f"hvd_mnist against PyTorch DDP (PyTorch {v['torch']}, Python {v['python']}, "
+            f"torchrun, Gloo) and Horovod's example: {STEPS} steps of {BATCH_SIZE} images per "
+            f"worker, medians of {report['repeats']} alternating runs after a warm-up round.",
+            "", table(report["comparison"]), "",
+            *(f"- {line}" for line in targets(report["comparison"])), "", DIFFERENCES]
