@@ -142,7 +142,7 @@ bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 
 # make bench's part "torch" alone: hvd_mnist against the same job in PyTorch DDP and Horovod's
 # example at -np 1, 2 and 4, float32 and bfloat16; makes .venv-torch first when it is missing
-# (torch-venv); reports/bench_torch.json and .md. Not yet timed on a quiet machine.
+# (torch-venv); writes bench_torch.json and .md into reports/. Not yet timed on a quiet machine.
 bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
 
