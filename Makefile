@@ -37,7 +37,7 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat test-fresh parity bench bench-torch torch-venv bench-stacks bench-elastic plot \
+	test-repeat test-fresh parity bench bench-torch torch-venv step-profile bench-stacks bench-elastic plot \
 	scaling horovod-suite \
 	horovod-examples clean wheel test-gpu-build
 
@@ -145,6 +145,11 @@ bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 # (torch-venv); writes bench_torch.json and .md into reports/. Not yet timed on a quiet machine.
 bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
+
+# One training step taken apart, TensorFlow beside PyTorch, one thread, and the gradients'
+# allreduce at -np 2 under Horovod and Gloo (tools/bench/step_profile.py); prints the tables.
+step-profile: $(SETUP_STAMP)
+	$(BIN)/python -m tools.bench.step_profile
 
 # The PyTorch venv of make bench (tools/pins/torch.txt: PyTorch's CPU build, Python 3.11).
 torch-venv: $(SETUP_STAMP)

@@ -184,3 +184,32 @@ def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_di
     assert summary["launch_to_first_step_seconds"] > 0
     assert (tmp_path / "checkpoint.pt").exists()  # rank 0's, at the end
     assert result.stdout.count(versus_torch.RESULT_PREFIX) == 1  # rank 0 alone
+
+
+def test_the_step_profiles_set_each_piece_of_both_frameworks_side_by_side():
+    from tools.bench import step_profile
+
+    def side(framework, scale):
+        return {"framework": framework, "batch": 128, "step_ms": 50 * scale,
+                "optimizer_ms": 4 * scale,
+                "pieces": [{"name": "Conv2D(64)", "forward_ms": 10 * scale,
+                            "backward_ms": 20 * scale}],
+                "ops": [{"op": "Conv2DBackpropFilter", "ms_per_step": 12.5 * scale}]}
+    profile = {"tensorflow": side("TensorFlow 2.21.0", 1.0), "torch": side("PyTorch 2.13.0", 2.0),
+               "horovod_allreduce": {"gradient_bytes": 4799528, "allreduce_fp32_seconds": 0.012},
+               "torch_allreduce": {"allreduce_flat_seconds": 0.008,
+                                   "allreduce_per_tensor_seconds": 0.02}}
+    text = step_profile.markdown(profile)
+    assert "| Conv2D(64) | 10.0 | 20.0 | 20.0 | 40.0 | 0.500× |" in text
+    assert "| optimizer update (Adam) | 4.00 |  | 8.00 |  | 0.500× |" in text
+    assert "| **the whole step** | 50.0 |  | 100 |  | 0.500× |" in text
+    assert ("| allreduce of the gradients at -np 2 (4.8 MB; PyTorch: one flat buffer) | 12.0 |"
+            "  | 8.00 |  | 1.50× |") in text
+    assert "| Conv2DBackpropFilter | 12.5 | 25% |" in text
+
+
+def test_a_probe_without_its_line_stops_the_profile_showing_its_output():
+    from tools.bench import step_profile
+    assert step_profile.last_json_line('PROBE {"a": 1}\nPROBE {"a": 2}\n', "PROBE ") == {"a": 2}
+    with pytest.raises(SystemExit, match="no line starting with 'PROFILE ' in:\nTraceback"):
+        step_profile.last_json_line("Traceback (most recent call last):", "PROFILE ")

@@ -50,11 +50,12 @@ hvd_mnist does beyond PyTorch's job is counted in its own times, against it, and
 images/s, which leaves out start-up and the end, compares the steps alone."""
 
 
-def torchrun_command(np_: int, torch_python: str, *args) -> list:
-    """`torchrun --standalone --nproc_per_node=N -m tools.bench.torch_ddp args...` with the
-    PyTorch venv's torchrun, whose workers run that venv's python."""
+def torchrun_command(np_: int, torch_python: str, *args,
+                     module: str = "tools.bench.torch_ddp") -> list:
+    """`torchrun --standalone --nproc_per_node=N -m module args...` with the PyTorch venv's
+    torchrun, whose workers run that venv's python."""
     return [os.path.join(os.path.dirname(torch_python), "torchrun"), "--standalone",
-            f"--nproc_per_node={np_}", "-m", "tools.bench.torch_ddp", *args]
+            f"--nproc_per_node={np_}", "-m", module, *args]
 
 
 def parse_result(output: str) -> dict:
