@@ -134,9 +134,10 @@ test-repeat: $(SETUP_STAMP)
 parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
-# Throughput, memory, start-up, time-to-99%, input modes and each precision against the
-# machine's peak, side by side; reports/bench.json
-# (2,669 s on the Intel Xeon with AMX, reports/bench.md's header).
+# Throughput, memory, start-up, time-to-99%, input modes, the same job in PyTorch DDP (making
+# .venv-torch when it is missing) and each precision against the machine's peak, side by
+# side; reports/bench.json (2,669 s on the Intel Xeon with AMX before the PyTorch part,
+# reports/bench.md's header).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
 

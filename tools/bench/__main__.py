@@ -1,6 +1,8 @@
 """make bench: the training paths side by side on this machine, in one run.
 
-    python -m tools.bench [--parts=paths,accuracy,inputs,versus,torch,limit]  (~90 min, 2 cores)
+    python -m tools.bench [--parts=paths,accuracy,inputs,versus,torch,limit]
+
+(~45 min on 2 cores without part torch, which no quiet run has timed yet).
 
 Parts, in this order:
   paths     1. the model's step in plain TF in this process, no Horovod (the machine's
@@ -14,7 +16,7 @@ Parts, in this order:
                (input_modes.py);
   versus    5. hvd_mnist against Horovod's own example at each --nps (versus_example.py),
                then the step's and start-up levers (levers.py);
-  torch        hvd_mnist against the same job in PyTorch DDP under torchrun, and Horovod's
+  torch    5b. hvd_mnist against the same job in PyTorch DDP under torchrun, and Horovod's
                example, taking turns at each --nps, in float32 and bfloat16, in the PyTorch
                venv the bench makes when it is missing (versus_torch.py, torch_venv.py);
   limit     6. each --precision against the machine's measured peak: FLOPs per training
