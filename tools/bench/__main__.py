@@ -95,6 +95,9 @@ def main(argv):
     started = time.perf_counter()
     in_process.use_every_core()
 
+    # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of runs.
+    torch_python = (torch_venv.ensure(os.path.abspath(args.torch_venv))
+                    if "torch" in args.parts else None)
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts}
     baseline = baselines.load(args.baseline_report)  # before this run writes its own
     if baseline:
@@ -117,7 +120,6 @@ def main(argv):
         print(versus_example.table(results["versus_example"]), flush=True)
         levers.measure(results, args.data_dir, args.out_dir)
     if "torch" in args.parts:
-        torch_python = torch_venv.ensure(os.path.abspath(args.torch_venv))
         results["versus_torch"] = {
             "versions": torch_venv.versions(torch_python), "repeats": args.versus_repeats,
             "comparison": versus_torch.compare(
