@@ -15,7 +15,7 @@ MODES = ("custom", "keras")
 INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
 PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")  # see training/precision.py
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16", "float64")  # training/precision.py
 
 # --recipe=fast: flag values it sets unless given on the command line (docs/usage.md;
 # its time to 99%: docs/performance.md). Chosen at -np 2 as the fewest training seconds
@@ -55,14 +55,13 @@ class TrainConfig:
     target_accuracy: float = 0.0  # > 0: stop after the first epoch that reaches it
     input: str = "memory"  # memory, stream or files (inputs.py)
     shuffle_buffer: int = 60000  # stream and files: examples in tf.data's shuffle buffer
-    float64: bool = False  # testing aid: model, data and optimizer in float64
     elastic: bool = False  # custom loop under hvd.elastic.run: workers may leave and join
     commit_every: int = 20  # elastic: steps between commits of the state to host memory
     example_log: str = ""  # elastic testing aid: every process logs the examples it trains
     progress: str = "auto"  # bar, lines, or auto: bar when stdout is a terminal
     export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
     fp16_allreduce: bool = False  # gradients cross the network as float16
-    precision: str = "float32"  # or a Keras mixed policy: compute in bfloat16/float16
+    precision: str = "float32"  # a Keras mixed policy (bfloat16/float16 compute), or float64
     inject_overflow_at_step: int = 0  # testing aid: Inf gradients on the last rank at this step
     backward_passes_per_step: int = 1  # local batches whose mean gradient makes one update
     checkpoint_every_steps: int = 0  # > 0: also a mid-epoch checkpoint every this many steps

@@ -109,7 +109,9 @@ def define_flags():
     flags.DEFINE_enum("precision", "float32", list(config_lib.PRECISIONS),
                       "float32, or mixed_bfloat16 / mixed_float16: the layers compute in "
                       "bfloat16 / float16, the variables, the last layer's softmax and the "
-                      "loss stay float32; mixed_float16 scales the loss dynamically "
+                      "loss stay float32; mixed_float16 scales the loss dynamically; or "
+                      "float64: model, data and optimizer in float64, the sharpest check "
+                      "that N workers compute what one does (verify runs it; slower) "
                       "(docs/precision.md).")
     flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
                          "makes one allreduce and one update (gradient accumulation; an epoch "

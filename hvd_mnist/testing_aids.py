@@ -23,11 +23,6 @@ def define_flags():
     flags.DEFINE_integer("inject_nan_at_step", 0, "Testing aid: set rank 0's output bias to "
                          "NaN before this step (counted from 1 over the run) to see training "
                          "stop.", lower_bound=0)
-    flags.DEFINE_bool("float64", False, "Testing aid: model, data and optimizer in float64, "
-                      "for the sharper -np invariance proof (tests/test_parity.py).")
-    flags.register_multi_flags_validator(
-        ["float64", "precision"], lambda f: not f["float64"] or f["precision"] == "float32",
-        message="--float64 needs --precision=float32")
     flags.DEFINE_integer("inject_overflow_at_step", 0, "Testing aid: the last rank's gradients "
                          "become Inf before the allreduce of this step (counted from 1 over the "
                          "run; 2 or more workers), as a float16 overflow on one rank would.",

@@ -79,7 +79,6 @@ def test_mid_epoch_checkpoints_are_refused_where_they_cannot_work(parsed_flags, 
     (["--precision=mixed_float16", "--backward_passes_per_step=2"],
      "--precision=mixed_float16 needs --backward_passes_per_step=1: the loss scale decides "
      "per update whether to skip it, not per accumulated batch"),
-    (["--float64", "--precision=mixed_bfloat16"], "--float64 needs --precision=float32"),
     (["--precision=float16"], "flag --precision=float16: value should be one of"),
 ])
 def test_precision_is_refused_where_it_cannot_work(parsed_flags, argv, message):
