@@ -13,7 +13,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import config as config_lib, testing_aids  # noqa: E402
+from hvd_mnist import config as config_lib  # noqa: E402
 from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
@@ -147,7 +147,6 @@ def define_flags():
         lambda f: f["checkpoint_every_steps"] % f["backward_passes_per_step"] == 0,
         message="--checkpoint_every_steps must be a multiple of --backward_passes_per_step: "
                 "a checkpoint holds no half-accumulated gradient")
-    testing_aids.define_flags()  # listed by --helpfull, not --help
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
     """The config: flag values, with the recipe's values for flags not given explicitly."""

@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist import config as config_lib
 from hvd_mnist.data import inputs
 from hvd_mnist.outputs import export, files, ownership, records
 from hvd_mnist.process import runtime
@@ -118,7 +118,6 @@ def build_model(config: config_lib.TrainConfig, job: Job):
 def finish(config: config_lib.TrainConfig, summary: dict, model, optimizer) -> None:
     """Rank 0 writes summary.json and (with --export) the exported model, and prints the
     summary; every rank calls it."""
-    testing_aids.write_weights(config, model, optimizer)
     runtime.on_chief(lambda: files.write_json(os.path.join(config.model_dir, "summary.json"),
                                               summary))
     runtime.log(records.format_summary(summary))
