@@ -15,7 +15,7 @@ MODES = ("custom", "keras")
 INPUTS = ("memory", "stream", "files")  # see inputs.py
 LR_SCHEDULES = ("constant", "warmup_linear")
 PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")  # see training/precision.py
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16", "float64")  # training/precision.py
 
 # --recipe=fast: flag values it sets unless given on the command line (docs/usage.md;
 # its time to 99%: docs/performance.md). Chosen at -np 2 as the fewest training seconds
@@ -46,24 +46,19 @@ class TrainConfig:
     keep_checkpoints: int = 3
     dropout: bool = True
     threads_per_rank: int = 0  # 0: cores / local size
-    export_weights_dir: str = ""  # when set, every rank writes its final weights here
     deterministic: bool = False  # TF op determinism and no tensor fusion: bitwise-repeatable runs
-    inject_nan_at_step: int = 0  # testing aid: NaN weights on rank 0 before this step
     recipe: str = "seed"  # a named set of defaults (RECIPES); explicit flags win
     lr_schedule: str = "constant"  # or warmup_linear: warm up, then decay to 0 at the last step
     warmup_epochs: float = 0.0  # warmup_linear only
     target_accuracy: float = 0.0  # > 0: stop after the first epoch that reaches it
     input: str = "memory"  # memory, stream or files (inputs.py)
     shuffle_buffer: int = 60000  # stream and files: examples in tf.data's shuffle buffer
-    float64: bool = False  # testing aid: model, data and optimizer in float64
     elastic: bool = False  # custom loop under hvd.elastic.run: workers may leave and join
     commit_every: int = 20  # elastic: steps between commits of the state to host memory
-    example_log: str = ""  # elastic testing aid: every process logs the examples it trains
     progress: str = "auto"  # bar, lines, or auto: bar when stdout is a terminal
     export: bool = True  # rank 0 writes model_dir/export (a SavedModel) at the end
     fp16_allreduce: bool = False  # gradients cross the network as float16
-    precision: str = "float32"  # or a Keras mixed policy: compute in bfloat16/float16
-    inject_overflow_at_step: int = 0  # testing aid: Inf gradients on the last rank at this step
+    precision: str = "float32"  # a Keras mixed policy (bfloat16/float16 compute), or float64
     backward_passes_per_step: int = 1  # local batches whose mean gradient makes one update
     checkpoint_every_steps: int = 0  # > 0: also a mid-epoch checkpoint every this many steps
     checkpoint_every_minutes: float = 0.0  # > 0: also one when this long since the last

@@ -13,7 +13,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import config as config_lib, testing_aids  # noqa: E402
+from hvd_mnist import config as config_lib  # noqa: E402
 from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
@@ -109,7 +109,9 @@ def define_flags():
     flags.DEFINE_enum("precision", "float32", list(config_lib.PRECISIONS),
                       "float32, or mixed_bfloat16 / mixed_float16: the layers compute in "
                       "bfloat16 / float16, the variables, the last layer's softmax and the "
-                      "loss stay float32; mixed_float16 scales the loss dynamically "
+                      "loss stay float32; mixed_float16 scales the loss dynamically; or "
+                      "float64: model, data and optimizer in float64, the sharpest check "
+                      "that N workers compute what one does (verify runs it; slower) "
                       "(docs/precision.md).")
     flags.DEFINE_integer("backward_passes_per_step", 1, "Local batches whose mean gradient "
                          "makes one allreduce and one update (gradient accumulation; an epoch "
@@ -145,7 +147,6 @@ def define_flags():
         lambda f: f["checkpoint_every_steps"] % f["backward_passes_per_step"] == 0,
         message="--checkpoint_every_steps must be a multiple of --backward_passes_per_step: "
                 "a checkpoint holds no half-accumulated gradient")
-    testing_aids.define_flags()  # listed by --helpfull, not --help
 
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
     """The config: flag values, with the recipe's values for flags not given explicitly."""

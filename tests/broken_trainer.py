@@ -2,7 +2,8 @@
 
     horovodrun -np 2 python tests/broken_trainer.py BUG [flags]
 
-BUG is sum_gradients, local_gradients or no_sharding.
+BUG is sum_gradients, local_gradients or no_sharding; the run starts through
+tests/with_aids.py, so the testing aids' flags work here too.
 
 The gradient bugs are planted on both paths (--mode=custom and --mode=keras), on Keras 2
 and Keras 3 alike, at the seams where each path averages.
@@ -11,11 +12,12 @@ and Keras 3 alike, at the seams where each path averages.
 import functools
 import sys
 
-import horovod.tensorflow as hvd
-import horovod.tensorflow.keras as hvd_keras
+import with_aids  # first: this checkout's hvd_mnist, TensorFlow quiet
 
-from hvd_mnist import main
-from hvd_mnist.data import splits
+import horovod.tensorflow as hvd  # noqa: E402
+import horovod.tensorflow.keras as hvd_keras  # noqa: E402
+
+from hvd_mnist.data import splits  # noqa: E402
 
 
 def sum_gradients():
@@ -44,4 +46,4 @@ def no_sharding():
 if __name__ == "__main__":
     {"sum_gradients": sum_gradients, "local_gradients": local_gradients,
      "no_sharding": no_sharding}[sys.argv.pop(1)]()
-    main.run()
+    with_aids.run()

@@ -39,7 +39,7 @@ def start_elastic(tiny_data_dir, model_dir, hosts_file, *extra, np_=2, fault=Non
                               "--elastic", f"--example_log={model_dir}/examples",
                               f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
     if fault:
-        trainer = [sys.executable, WITH_FAULT, *trainer[3:]]
+        trainer = [sys.executable, WITH_FAULT, *trainer[2:]]
     command = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "--min-np", "1",
                "--max-np", "2", "--host-discovery-script", DISCOVER, "--network-interface",
                "lo", "--elastic-timeout", "60", *trainer]

@@ -125,9 +125,9 @@ def test_a_resume_that_changes_how_gradients_or_batches_are_made_says_so(tmp_pat
 
 def test_a_resume_in_another_dtype_is_refused(tmp_path):
     make_store(tmp_path)[0].save(1)
-    with pytest.raises(UserFacingError, match=r"\(--float64 was False, now True\); resume with "
-                                              r"--float64=False"):
-        make_store(tmp_path, float64=True)[0].restore_latest()
+    with pytest.raises(UserFacingError, match=r"\(--precision was float32, now float64\); "
+                                              r"resume with --precision=float32"):
+        make_store(tmp_path, precision="float64")[0].restore_latest()
 
 
 def test_unreadable_state_file_is_an_error_not_a_fresh_start(tmp_path):

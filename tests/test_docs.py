@@ -19,14 +19,15 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "BUILD_NOTES.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-# docs/usage.md: each of these headings holds a table with one `--flag` per row, and
-# together they must name exactly the flags the module defines.
+# Each of these headings (of docs/usage.md, unless named) holds a table with one `--flag`
+# per row, and together they must name exactly the flags the module defines.
 FLAG_TABLES = {
     "Training flags": ("hvd_mnist.main", "hvd_mnist.main"),
-    "Testing aids": ("hvd_mnist.main", "hvd_mnist.testing_aids"),
     "Flags of prepare": ("hvd_mnist.prepare", "hvd_mnist.prepare"),
     "Flags of predict": ("hvd_mnist.predict", "hvd_mnist.predict"),
     "Flags of verify": ("hvd_mnist.verify", "hvd_mnist.verify"),
+    # Flags of the tests' launcher, not of the product.
+    "Testing aids": ("tests.with_aids", "tests.with_aids", "architecture.md"),
 }
 # What a user-facing error is: these exceptions end as one line (`hvd_mnist: error: ...`,
 # `prepare: error: ...`, or absl's usage error).
@@ -68,23 +69,20 @@ def table_flags(section: str) -> list:
     return re.findall(r"^\|\s*`--([a-z0-9_]+)`", section, flags=re.M)
 
 
-@pytest.fixture(scope="module")
-def usage_sections():
-    return sections(text_of(ROOT / "docs" / "usage.md"))
-
-
 @pytest.mark.parametrize("heading", sorted(FLAG_TABLES))
-def test_flag_table_names_exactly_the_flags_the_code_defines(heading, usage_sections):
-    entry_point, module = FLAG_TABLES[heading]
-    assert heading in usage_sections, f"docs/usage.md has no section '{heading}'"
-    documented = table_flags(usage_sections[heading])
+def test_flag_table_names_exactly_the_flags_the_code_defines(heading):
+    entry_point, module, *doc = FLAG_TABLES[heading]
+    page = f"docs/{doc[0] if doc else 'usage.md'}"
+    page_sections = sections(text_of(ROOT / page))
+    assert heading in page_sections, f"{page} has no section '{heading}'"
+    documented = table_flags(page_sections[heading])
     defined = flags_by_module(entry_point).get(module, [])
     assert defined, f"{module} defines no flags: is FLAG_TABLES out of date?"
     assert len(documented) == len(set(documented)), f"a flag is listed twice: {documented}"
     missing = sorted(set(defined) - set(documented))
     unknown = sorted(set(documented) - set(defined))
-    assert not missing, f"docs/usage.md '{heading}' lacks {missing}"
-    assert not unknown, f"docs/usage.md '{heading}' names flags {module} does not define: {unknown}"
+    assert not missing, f"{page} '{heading}' lacks {missing}"
+    assert not unknown, f"{page} '{heading}' names flags {module} does not define: {unknown}"
 
 
 # ---------------------------------------------------------------- errors

@@ -35,7 +35,7 @@ def run(tiny_data_dir, model_dir, *extra, fault=None, timeout=120):
 def command(tiny_data_dir, model_dir, *extra, fault=None):
     trainer = trainer_command(f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}",
                               f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
-    return [sys.executable, WITH_FAULT, *trainer[3:]] if fault else trainer
+    return [sys.executable, WITH_FAULT, *trainer[2:]] if fault else trainer
 
 
 def final_weights(model_dir):

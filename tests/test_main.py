@@ -1,5 +1,6 @@
 """The command line: flags, their validation, and the messages a user sees."""
 
+import re
 import subprocess
 import sys
 
@@ -26,10 +27,10 @@ def parsed_flags():
 def test_config_from_flags_carries_every_field(parsed_flags):
     cfg = main.config_from_flags(parsed_flags("--epochs=3", "--global_batch_size=64",
                                               "--optimizer=adam", "--nodropout",
-                                              "--deterministic", "--inject_nan_at_step=7"))
+                                              "--deterministic", "--commit_every=7"))
     assert isinstance(cfg, config.TrainConfig)
     assert (cfg.epochs, cfg.global_batch_size, cfg.optimizer, cfg.dropout) == (3, 64, "adam", False)
-    assert (cfg.deterministic, cfg.inject_nan_at_step) == (True, 7)
+    assert (cfg.deterministic, cfg.commit_every) == (True, 7)
     assert cfg.learning_rate is None and cfg.batch_size == 128
 
 
@@ -79,7 +80,6 @@ def test_mid_epoch_checkpoints_are_refused_where_they_cannot_work(parsed_flags, 
     (["--precision=mixed_float16", "--backward_passes_per_step=2"],
      "--precision=mixed_float16 needs --backward_passes_per_step=1: the loss scale decides "
      "per update whether to skip it, not per accumulated batch"),
-    (["--float64", "--precision=mixed_bfloat16"], "--float64 needs --precision=float32"),
     (["--precision=float16"], "flag --precision=float16: value should be one of"),
 ])
 def test_precision_is_refused_where_it_cannot_work(parsed_flags, argv, message):
@@ -108,3 +108,11 @@ def test_missing_data_dir_names_the_prepare_command(tmp_path):
         f"hvd_mnist: error: no prepared TFDS mnist 3.0.1 in '{tmp_path}/nonexistent'; prepare it "
         f"with: make data (or: python -m hvd_mnist.prepare --data_dir={tmp_path}/nonexistent)"]
     assert not (tmp_path / "m").exists()
+
+
+def test_helpfull_lists_no_testing_aid():
+    """The testing aids are flags of tests/with_aids.py, not of the product."""
+    listed = set(re.findall(r"^\s+--(?:\[no\])?(\w+)", run_main("--helpfull").stdout, re.M))
+    assert {"epochs", "precision", "elastic"} <= listed
+    assert not listed & {"inject_nan_at_step", "inject_overflow_at_step", "export_weights_dir",
+                         "example_log", "float64"}

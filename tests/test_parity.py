@@ -132,7 +132,7 @@ TWENTY_STEPS = ["--epochs=4", "--max_steps_per_epoch=5"]
 @pytest.fixture(scope="module")
 def float64_reference_weights(tiny_data_dir, tmp_path_factory):
     weights = train_weights(tiny_data_dir, tmp_path_factory.mktemp("float64_reference"),
-                            "custom_np1_float64", 1, "--float64", *TWENTY_STEPS)
+                            "custom_np1_float64", 1, "--precision=float64", *TWENTY_STEPS)
     assert all(w.dtype == np.float64 for w in weights)
     return weights
 
@@ -143,7 +143,7 @@ def float64_reference_weights(tiny_data_dir, tmp_path_factory):
 def test_in_float64_every_weight_agrees_at_any_workers_and_path(
         tiny_data_dir, tmp_path, float64_reference_weights, record_property, mode, np_):
     weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}_float64", np_,
-                            f"--mode={mode}", "--float64", *TWENTY_STEPS)
+                            f"--mode={mode}", "--precision=float64", *TWENTY_STEPS)
     difference = max_abs_difference(float64_reference_weights, weights)
     report(record_property, f"float64_{mode}_np{np_}_vs_custom_np1_20_steps", difference)
     assert difference <= FLOAT64_TOLERANCE
@@ -152,7 +152,7 @@ def test_in_float64_every_weight_agrees_at_any_workers_and_path(
 @pytest.fixture(scope="module")
 def float64_stream_reference_weights(tiny_data_dir, tmp_path_factory):
     return train_weights(tiny_data_dir, tmp_path_factory.mktemp("float64_stream_reference"),
-                         "custom_np1_float64_stream", 1, "--float64", "--input=stream",
+                         "custom_np1_float64_stream", 1, "--precision=float64", "--input=stream",
                          *TWENTY_STEPS)
 
 
@@ -161,7 +161,8 @@ def float64_stream_reference_weights(tiny_data_dir, tmp_path_factory):
 def test_in_float64_streamed_input_agrees_at_any_workers_and_path(
         tiny_data_dir, tmp_path, float64_stream_reference_weights, record_property, mode, np_):
     weights = train_weights(tiny_data_dir, tmp_path, f"{mode}_np{np_}_float64_stream", np_,
-                            f"--mode={mode}", "--float64", "--input=stream", *TWENTY_STEPS)
+                            f"--mode={mode}", "--precision=float64", "--input=stream",
+                            *TWENTY_STEPS)
     difference = max_abs_difference(float64_stream_reference_weights, weights)
     report(record_property, f"float64_stream_{mode}_np{np_}_vs_custom_np1_20_steps",
            difference)
@@ -173,7 +174,7 @@ def test_in_float64_streamed_input_agrees_at_any_workers_and_path(
 def test_in_float64_the_planted_bugs_miss_by_orders_of_magnitude(
         tiny_data_dir, tmp_path, float64_reference_weights, record_property, bug):
     broken = [sys.executable, os.path.join(os.path.dirname(__file__), "broken_trainer.py"), bug]
-    weights = train_weights(tiny_data_dir, tmp_path, f"{bug}_float64", 2, "--float64",
+    weights = train_weights(tiny_data_dir, tmp_path, f"{bug}_float64", 2, "--precision=float64",
                             *TWENTY_STEPS, command=broken)
     difference, off = compare(record_property, f"float64_broken_{bug}_np2_vs_custom_np1",
                               float64_reference_weights, weights, FLOAT64_TOLERANCE)

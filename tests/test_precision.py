@@ -18,9 +18,10 @@ from hvd_mnist.process import keras_compat
 from hvd_mnist.training import model as model_lib, precision
 
 PRECISIONS = config_lib.PRECISIONS
+FLOAT32_VARIABLES = [name for name in PRECISIONS if name != "float64"]
 
 
-@pytest.mark.parametrize("name", PRECISIONS)
+@pytest.mark.parametrize("name", FLOAT32_VARIABLES)
 def test_variables_softmax_and_output_stay_float32(name):
     model = model_lib.build_model(precision=name)
     assert {tf.as_dtype(v.dtype) for v in model.weights} == {tf.float32}
@@ -29,6 +30,13 @@ def test_variables_softmax_and_output_stay_float32(name):
     assert hidden == [compute] * len(hidden)
     assert model.layers[-1].compute_dtype == "float32"
     assert model(tf.zeros([2, *mnist.IMAGE_SHAPE])).dtype == tf.float32
+
+
+def test_float64_builds_every_layer_and_variable_in_float64():
+    model = model_lib.build_model(precision="float64")
+    assert {tf.as_dtype(v.dtype) for v in model.weights} == {tf.float64}
+    assert {layer.compute_dtype for layer in model.layers} == {"float64"}
+    assert model(tf.zeros([2, *mnist.IMAGE_SHAPE], tf.float64)).dtype == tf.float64
 
 
 @pytest.mark.parametrize("name", PRECISIONS)

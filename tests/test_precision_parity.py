@@ -26,7 +26,8 @@ FOUR_STEPS = ["--epochs=2", "--max_steps_per_epoch=2"]
 STEPS = {"float32": TWENTY_STEPS, "mixed_bfloat16": TWENTY_STEPS, "mixed_float16": FOUR_STEPS}
 
 
-@pytest.mark.parametrize("precision", config_lib.PRECISIONS)
+# float64's agreement is test_parity.py's.
+@pytest.mark.parametrize("precision", [p for p in config_lib.PRECISIONS if p != "float64"])
 def test_custom_loop_equals_keras_fit_bitwise_at_one_worker(tiny_data_dir, tmp_path,
                                                             record_property, precision):
     flags = [f"--precision={precision}", *STEPS[precision]]

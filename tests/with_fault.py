@@ -24,6 +24,7 @@ HVD_MNIST_TEST_FAULT=
                         has not S workers, so a test can grow or shrink an elastic job
                         mid-run on a tiny dataset (S=0: every step of any run is slow)
 A real kill, not an exception, so nothing gets to clean up; the product has no such hook.
+The run starts through tests/with_aids.py, so the testing aids' flags work here too.
 """
 
 import os
@@ -31,12 +32,13 @@ import signal
 import subprocess
 import time
 
-import horovod.tensorflow as hvd
-from tensorflow.python.checkpoint import checkpoint_management
+import with_aids  # first: this checkout's hvd_mnist, TensorFlow quiet
 
-from hvd_mnist import main
-from hvd_mnist.outputs import checkpoint
-from hvd_mnist.training import elastic, loop, preemption, step as step_lib
+import horovod.tensorflow as hvd  # noqa: E402
+from tensorflow.python.checkpoint import checkpoint_management  # noqa: E402
+
+from hvd_mnist.outputs import checkpoint  # noqa: E402
+from hvd_mnist.training import elastic, loop, preemption, step as step_lib  # noqa: E402
 
 
 def kill_self():
@@ -165,4 +167,4 @@ if __name__ == "__main__":
      "kill_in_save": kill_in_save,
      "unwritable_before_save": unwritable_before_save, "kill_in_commit": kill_in_commit,
      "slow_until_size": slow_until_size}[kind](*map(int, numbers))
-    main.run()
+    with_aids.run()

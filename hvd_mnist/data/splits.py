@@ -152,7 +152,7 @@ def rank_batch_indices(order: np.ndarray, steps: int, per_rank_batch_size: int,
 
 
 def normalize(images: tf.Tensor, labels: tf.Tensor, dtype=tf.float32):
-    """uint8 [0, 255] (…, 28, 28, 1) -> [0, 1] in `dtype` (float32; float64 for tests)."""
+    """uint8 [0, 255] (…, 28, 28, 1) -> [0, 1] in `dtype` (float64 with --precision=float64)."""
     return tf.cast(images, dtype) / 255.0, labels
 
 

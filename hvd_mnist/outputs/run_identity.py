@@ -19,7 +19,7 @@ from hvd_mnist.process import keras_compat
 # bfloat16 and float32 save the same float32 variables, but a resume between them is
 # refused too: their steps round differently, and a run that changed precision half-way
 # is rarely what was meant (docs/precision.md).
-BINDING_FLAGS = ("mode", "optimizer", "float64", "precision")
+BINDING_FLAGS = ("mode", "optimizer", "precision")
 # What a record written before a setting existed meant by it.
 OLDER_RECORDS = {"precision": "float32"}
 BINDING_STRUCTURE = {  # key: how a person would name it
@@ -50,7 +50,6 @@ def of_run(config: config_lib.TrainConfig, batching: config_lib.Batching, num_wo
     return {
         "mode": config.mode,
         "optimizer": config.optimizer,
-        "float64": config.float64,
         "precision": config.precision,
         "optimizer_hyperparameters": hyperparameters,
         "optimizer_variables": _shapes(optimizer.variables),
@@ -91,6 +90,8 @@ def check_resume(saved: dict, requested: dict, checkpoint_path: str) -> str:
     have done, else one line naming every setting whose change alters the result.
     """
     saved = {**OLDER_RECORDS, **saved}
+    if saved.pop("float64", False):  # older records name float64 in a key of its own
+        saved["precision"] = "float64"
     mismatches = [f"--{name} was {saved.get(name)}, now {requested[name]}"
                   for name in BINDING_FLAGS if saved.get(name) != requested[name]]
     if not mismatches:  # with other flags the structure differs anyway; name the flags only

@@ -12,7 +12,6 @@ progress, TensorBoard, checkpoints, records and export are the custom loop's.
 """
 
 import dataclasses
-import os
 import time
 import uuid
 
@@ -20,7 +19,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.common.exceptions import HorovodInternalError
 
-from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist import config as config_lib
 from hvd_mnist.data import resharding, splits
 from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import (checkpoint, ownership, progress, records, run_identity,
@@ -56,7 +55,6 @@ class _Run:
     eval_step: object
     clock: timing.StepClock
     board: tensorboard_log.TensorBoardLog
-    example_log: testing_aids.ExampleLog | None
     wall_start: float
     # This process's commits and the seconds they took (summary.json: what elastic costs).
     commits: int = 0
@@ -77,8 +75,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     optimizer.build(model.trainable_variables)
     run = _Run(config, job, model, optimizer, step_lib.train_step_for(config, model, optimizer),
                step_lib.make_eval_step(model), timing.StepClock(job.batching.global_batch_size),
-               tensorboard_log.TensorBoardLog(config.model_dir),
-               testing_aids.example_log_for(config), wall_start)
+               tensorboard_log.TensorBoardLog(config.model_dir), wall_start)
     state = TrainingState(
         keras_compat.state_variables(model, optimizer),
         lambda first: _prepare_on_chief(run, state.owner_job, first),
@@ -159,13 +156,6 @@ def _train(state: TrainingState, run: _Run) -> dict:
                 f"{state.epoch}, example {state.position} of {state.epoch_examples or 'its'} "
                 f"epoch: {batching.per_rank_batch_size} per worker, {config.optimizer} "
                 f"learning rate {batching.learning_rate:g}")
-    if run.example_log:
-        # The host too: the driver's first rank order is not the hosts file's (it orders
-        # hosts as a Python set does), so a test removing a worker's host must look it up.
-        run.example_log.write(start=state.starts, rank=topology.rank, size=topology.size,
-                              host=os.environ.get("HOROVOD_HOSTNAME"), epoch=state.epoch,
-                              position=state.position,
-                              weights=testing_aids.weights_digest(state.variables))
     eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
 
     while state.epoch <= config.epochs and not state.finished:
@@ -233,21 +223,13 @@ def _train_rest_of_epoch(state: TrainingState, run: _Run, job: job_lib.Job,
         state.commit()
         run.commits += 1
         run.commit_seconds += time.perf_counter() - now
-        if run.example_log:
-            run.example_log.write(commit=state.starts, rank=topology.rank, size=topology.size,
-                                  epoch=epoch, position=state.position)
 
     def after_step(step, loss):
-        first_example = state.position
         index = step - first_step
         state.position += step_examples[index]
         state.images_trained += step_examples[index]
         pending.append((loss, f"step {state.train_steps + len(pending) + 1} (epoch {epoch}, "
                               f"step {state.steps_in_epoch + len(pending) + 1})"))
-        if run.example_log:
-            run.example_log.write(step=state.starts, rank=topology.rank, size=topology.size,
-                                  epoch=epoch, position=first_example,
-                                  examples=batches[index].tolist())
         if len(pending) == config.commit_every or state.position == state.epoch_examples:
             commit()
 
@@ -256,8 +238,8 @@ def _train_rest_of_epoch(state: TrainingState, run: _Run, job: job_lib.Job,
     run.clock.epoch_started()
     monitor.start_epoch(epoch, steps=epoch_steps, done_steps=state.steps_in_epoch,
                         steps_before=state.train_steps - state.steps_in_epoch)
-    loop.train_epoch(config, run.train_step,
+    loop.train_epoch(run.train_step,
                      resharding.batches_dataset(train_split, batches,
                                                 batching.per_rank_batch_size, job.dtype),
-                     epoch=epoch, steps=epoch_steps, first_step=first_step, model=run.model,
-                     clock=run.clock, monitor=monitor, after_step=after_step)
+                     epoch=epoch, steps=epoch_steps, first_step=first_step, clock=run.clock,
+                     monitor=monitor, after_step=after_step)

@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist import config as config_lib
 from hvd_mnist.data import inputs
 from hvd_mnist.outputs import export, files, ownership, records
 from hvd_mnist.process import runtime
@@ -23,7 +23,7 @@ class Job:
     batching: config_lib.Batching
     source: "inputs.MemoryInput | inputs.RecordInput"  # where batches come from
     steps_per_epoch: int
-    dtype: tf.DType  # of the model, its inputs and its optimizer (float64 only in tests)
+    dtype: tf.DType  # of the model, its inputs and its optimizer (precision.variable_dtype)
     threads_per_rank: int = 0
 
 
@@ -67,7 +67,7 @@ def open_job(config: config_lib.TrainConfig, topology: runtime.Topology, threads
     """Batching, the input and the steps per epoch, for one rank (may raise UserFacingError)."""
     precision.check_isa_cap(config.precision,
                             has_gpu=bool(tf.config.list_physical_devices("GPU")))
-    dtype = tf.float64 if config.float64 else tf.float32
+    dtype = tf.as_dtype(precision.variable_dtype(config.precision))
     batching = config_lib.resolve_batching(config, topology.size)  # before reading any data
     source = inputs.open_input(config.input, config.data_dir,
                                inputs.Shard(topology.rank, topology.size),
@@ -112,14 +112,12 @@ def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
 
 
 def build_model(config: config_lib.TrainConfig, job: Job):
-    return model_lib.build_model(dropout=config.dropout, dtype=job.dtype,
-                                 precision=config.precision)
+    return model_lib.build_model(dropout=config.dropout, precision=config.precision)
 
 
 def finish(config: config_lib.TrainConfig, summary: dict, model, optimizer) -> None:
     """Rank 0 writes summary.json and (with --export) the exported model, and prints the
     summary; every rank calls it."""
-    testing_aids.write_weights(config, model, optimizer)
     runtime.on_chief(lambda: files.write_json(os.path.join(config.model_dir, "summary.json"),
                                               summary))
     runtime.log(records.format_summary(summary))

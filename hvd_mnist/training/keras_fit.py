@@ -20,7 +20,7 @@ import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist import config as config_lib
 from hvd_mnist.data import splits
 from hvd_mnist.outputs import files, progress, records, timing
 from hvd_mnist.process import keras_compat, runtime
@@ -42,7 +42,6 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
         super().__init__()
         self.monitor = monitor
         self.config, self.rank, self.epochs = config, job.topology.rank, epochs
-        self.steps_per_epoch = job.steps_per_epoch
         self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
         self.test_examples = job.source.num_test_examples
         self.clock = timing.StepClock(job.batching.global_batch_size)
@@ -50,13 +49,9 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         model_lib.reseed_dropout(self.model, (self.config.seed, self.rank, epoch + 1))
-        self.epoch_steps_done = epoch * self.steps_per_epoch
         self._start = time.perf_counter()
         self.clock.epoch_started()
         self.monitor.start_epoch(epoch + 1)
-
-    def on_train_batch_begin(self, batch, logs=None):
-        testing_aids.arm_overflow_if_due(self.config, self.epoch_steps_done + batch + 1)
 
     def on_train_batch_end(self, batch, logs=None):
         self.clock.step_done()

@@ -11,14 +11,13 @@ import time
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib, testing_aids
+from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import checkpoint, progress, records, run_identity, timing
 from hvd_mnist.process import keras_compat, runtime
 from hvd_mnist.training import (job as job_lib, model as model_lib, preemption,
                                 step as step_lib)
 
-def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: int,
-                steps: int, model, clock: timing.StepClock,
+def train_epoch(train_step, batches, *, epoch: int, steps: int, clock: timing.StepClock,
                 monitor: progress.TrainingMonitor, first_step: int = 1,
                 loss_before: float = 0.0, after_step=None, control=None) -> float:
     """The epoch's steps `first_step`..`steps` over `batches`; returns the epoch's mean
@@ -41,8 +40,6 @@ def train_epoch(config: config_lib.TrainConfig, train_step, batches, *, epoch: i
 
     for step, (images, labels) in enumerate(batches, start=first_step):
         run_step = (epoch - 1) * steps + step
-        testing_aids.inject_nan_if_due(config, run_step, model)
-        testing_aids.arm_overflow_if_due(config, run_step)
         if control:
             control.before_step()
             loss, agreed = train_step(images, labels)
@@ -151,8 +148,8 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
         monitor.start_epoch(epoch, done_steps=first_step - 1)
         try:
             train_loss = train_epoch(
-                config, train_step, batches, epoch=epoch, steps=steps, model=model,
-                clock=clock, monitor=monitor, first_step=first_step, control=control,
+                train_step, batches, epoch=epoch, steps=steps, clock=clock, monitor=monitor,
+                first_step=first_step, control=control,
                 loss_before=restored.loss_sum if epoch == start.first_epoch else 0.0)
         except preemption.Stopped:
             monitor.close()

@@ -11,16 +11,16 @@ from hvd_mnist.process import keras_compat
 from hvd_mnist.training import precision as precision_lib
 
 
-def build_model(dropout: bool = True, dtype=tf.float32,
-                precision: str = "float32") -> tf.keras.Model:
+def build_model(dropout: bool = True, precision: str = "float32") -> tf.keras.Model:
     """Conv32-Conv64-MaxPool-Dropout-Dense128-Dropout-Dense10 (softmax).
 
     dropout=False keeps the layers but with rate 0, so weights and layer names
     are the same; tests use it to make training deterministic across paths.
-    dtype=float64 (tests only) builds every layer, and so the optimizer's slots,
-    in float64. A mixed `precision` (precision.py) is the policy of every layer but
-    the last, whose softmax stays in `dtype`.
+    precision="float64" builds every layer, and so the optimizer's slots, in float64.
+    A mixed `precision` (precision.py) is the policy of every layer but the last, whose
+    softmax stays in float32.
     """
+    dtype = precision_lib.variable_dtype(precision)
     keep = 1.0 if dropout else 0.0
     layers = tf.keras.layers
     hidden = precision_lib.layer_dtype(precision, dtype)

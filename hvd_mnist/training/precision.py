@@ -1,12 +1,16 @@
-"""Mixed precision (`--precision`): each layer's Keras dtype policy, float16's loss scaling
+"""Precision (`--precision`): each layer's Keras dtype policy, float16's loss scaling
 composed with Horovod, and what the gradients cross the network as.
+
+float64 builds everything in float64 (variables, inputs, optimizer slots, gradients on the
+wire): rounding about 1e-16, so N workers must agree with one within 1e-9, the sharpest
+check of the distributed arithmetic (verify and tests/test_parity.py run it).
 
 mixed_bfloat16 and mixed_float16 compute every layer but the last in bfloat16 or float16.
 The variables stay float32, and so do the last layer (its softmax) and the loss: small
 probabilities and their logarithms need float32's range.
 
 On the wire: gradients are taken with respect to the float32 variables (the gradient of
-a layer's cast of its variable casts back), so they are float32 in every precision, and
+a layer's cast of its variable casts back), so they are float32 in every mixed precision, and
 that is what the allreduce sends; `--fp16_allreduce` sends float16 (communication.py).
 
 float16 loss scaling, the same on both paths: the loss times the scale, the gradients,
@@ -22,7 +26,7 @@ from hvd_mnist import config as config_lib, errors
 from hvd_mnist.process import keras_compat
 
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
-                  "mixed_float16": "float16"}
+                  "mixed_float16": "float16", "float64": "float64"}
 # Where the kernels of TensorFlow's CPU build (oneDNN) compute bfloat16 in hardware.
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: capped there, oneDNN has
@@ -43,7 +47,13 @@ EMULATED_BFLOAT16_SPEED = ("on an AVX2-only CPU it trained at 0.09-0.13x "
 
 
 def is_mixed(precision: str) -> bool:
-    return precision != "float32"
+    return precision.startswith("mixed_")
+
+
+def variable_dtype(precision: str) -> str:
+    """The dtype of the variables, the inputs, the last layer and the optimizer's slots:
+    float64 only with --precision=float64, float32 in every other precision."""
+    return "float64" if precision == "float64" else "float32"
 
 
 def loss_scaling(precision: str) -> bool:
@@ -68,7 +78,7 @@ def with_loss_scaling(precision: str, optimizer):
 
 
 def wire_dtype(config: config_lib.TrainConfig) -> str:
-    return "float16" if config.fp16_allreduce else "float32"
+    return "float16" if config.fp16_allreduce else variable_dtype(config.precision)
 
 
 def describe(config: config_lib.TrainConfig) -> str:
@@ -98,7 +108,7 @@ def cpu_warning(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpuinf
     """One line where the precision will run slower than float32 on this CPU ("" otherwise):
     bfloat16 without bfloat16 instructions, or with oneDNN kept from them by
     ONEDNN_MAX_CPU_ISA (`isa_cap`; None: the environment's), and float16 on any CPU."""
-    if has_gpu or precision == "float32":
+    if has_gpu or not is_mixed(precision):
         return ""
     if precision == "mixed_float16":
         # Not a matter of the CPU's flags: on a Xeon with AVX512-FP16 too, oneDNN ran the

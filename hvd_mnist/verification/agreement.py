@@ -53,7 +53,7 @@ class Outcome:
 
 def trainer(data_dir: str, model_dir: str, global_batch_size: int, steps: int) -> list:
     return [sys.executable, "-m", "hvd_mnist.main", f"--data_dir={data_dir}",
-            f"--model_dir={model_dir}", "--float64", "--nodropout", f"--seed={SEED}",
+            f"--model_dir={model_dir}", "--precision=float64", "--nodropout", f"--seed={SEED}",
             f"--global_batch_size={global_batch_size}", "--epochs=1",
             f"--max_steps_per_epoch={steps}", "--log_every=0", "--noexport",
             "--progress=lines"]

@@ -21,7 +21,8 @@ seconds, the first step's tracing included), and for the elastic runs rank 0's c
 the seconds they took (summary.json's `elastic`). The two rates can disagree: the windows
 leave out what happens between them, which is not the same on the two paths.
 
-Recovery: one elastic run at -np 2 with --example_log; once its first commit is logged,
+Recovery: one elastic run at -np 2 with --example_log (started through the tests'
+launcher, tests/with_aids.py, whose testing aid it is); once its first commit is logged,
 rank 1 is SIGKILLed, and the log's times give the seconds from the kill to the
 survivor's first step and first commit after its restart, and where it restarted.
 Discovery: the CPU seconds of one call of tools/discover_hosts.sh made the way
@@ -37,6 +38,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,6 +49,7 @@ from tools.bench import launch, machine, steady_state, tables  # noqa: E402
 
 FLAGS = flags.FLAGS
 DISCOVER = os.path.join(launch.REPO_ROOT, "tools", "discover_hosts.sh")
+WITH_AIDS = os.path.join(launch.REPO_ROOT, "tests", "with_aids.py")
 ELASTIC_HOSTS = ("localhost:1", "127.0.0.1:1")
 VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"],
             "elastic_no_threads_flag": ["--elastic"]}
@@ -176,10 +179,9 @@ def _wait(condition, log_dir: str, process, timeout: float = 300):
 def recovery(out_dir: str) -> dict:
     model_dir = _fresh(os.path.abspath(os.path.join(out_dir, "recovery")))
     log_dir = os.path.join(model_dir, "examples")
-    program = launch.python_module(
-        "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
-        f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS["elastic"],
-        f"--example_log={log_dir}")
+    program = [sys.executable, WITH_AIDS, f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
+               f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS["elastic"],
+               f"--example_log={log_dir}"]
     with open(os.path.join(out_dir, "recovery.log"), "w") as log:
         process = subprocess.Popen(elastic_command(program), stdout=log,
                                    stderr=subprocess.STDOUT, cwd=launch.REPO_ROOT,
