@@ -85,10 +85,12 @@ guard=unguarded; [ -x "{self.policy_rc_d}" ] && guard=guarded
 echo "$guard $*" >>"{self.apt_calls}"
 """)
 
-    def run(self, python: str = "", home: bool = True, script=SETUP_PYTHON, command=None):
-        """setup_python.sh, or a bash command line run after sourcing it."""
+    def run(self, python: str = "", home: bool = True, script=SETUP_PYTHON, command=None,
+            env=None):
+        """setup_python.sh, or a bash command line run after sourcing it; `home`: PYENV_ROOT
+        names the fake pyenv."""
         env = {"PATH": f"{self.bin}:{self.tools}", "VENV": str(self.venv), "TF": "2.21",
-               "PYTHON": python, "POLICY_RC_D": str(self.policy_rc_d)}
+               "PYTHON": python, "POLICY_RC_D": str(self.policy_rc_d), **(env or {})}
         if home:
             env["PYENV_ROOT"] = str(self.pyenv)
         argv = [BASH, str(script)] if command is None else \
@@ -136,11 +138,15 @@ def test_takes_the_first_python_of_the_preference_order(machine, on_path, in_pye
     assert first_line(result) == f"setup: Python {taken[1]} ({made[taken]})"
 
 
-def test_without_home_pyenv_is_skipped_and_path_still_searched(machine):
-    # `env -i PATH=... make train`: no HOME, no PYENV_ROOT, under `set -u`.
+@pytest.mark.parametrize("home", [None, "with ~/.pyenv"])
+def test_without_pyenv_in_the_environment_only_path_is_searched(machine, home):
+    # `env -i PATH=/usr/bin:... make train`: no PYENV_ROOT, no pyenv on PATH, and HOME unset
+    # (under `set -u`) or one whose ~/.pyenv holds a preferred 3.12: the system's 3.11 is taken.
     python = machine.on_path("3.11.2")
     machine.in_pyenv("3.12.1")
-    result = machine.run(home=False)
+    (machine.tmp / "home").mkdir()
+    (machine.tmp / "home" / ".pyenv").symlink_to(machine.pyenv)
+    result = machine.run(home=False, env={"HOME": str(machine.tmp / "home")} if home else {})
     assert result.returncode == 0, result.stderr
     assert first_line(result) == f"setup: Python 3.11.2 ({python})"
 

@@ -5,19 +5,21 @@
 # (tests/test_setup_python.py runs it against fake Pythons).
 #
 # Without PYTHON=, the pins file's "# pythons:" line is the preference order; each
-# version is looked for as python3.X on PATH, then in pyenv's versions.
+# version is looked for as python3.X on PATH, then in pyenv's versions (PYENV_ROOT, or the
+# root of the pyenv on PATH).
 
 python_version_of() {  # X.Y.Z of a Python; fails when it does not run
   "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
 }
 
-pyenv_root() {  # pyenv's versions are there whether or not a shim selects them
+# pyenv's versions are there whether or not a shim selects them. Only a pyenv this
+# environment has counts: under `env -i PATH=/usr/bin:...` a ~/.pyenv is not looked in, so
+# a shell without pyenv gets the Python on its PATH.
+pyenv_root() {
   if [ -n "${PYENV_ROOT:-}" ]; then
     echo "$PYENV_ROOT"
   elif command -v pyenv >/dev/null; then
     pyenv root
-  elif [ -n "${HOME:-}" ]; then  # unset under `env -i`
-    echo "$HOME/.pyenv"
   fi
 }
 
