@@ -16,7 +16,8 @@ SETUP_PYTHON = ROOT / "tools" / "setup_python.sh"
 SETUP = ROOT / "tools" / "setup.sh"
 BASH = shutil.which("bash")
 # What setup_python.sh runs besides Python and bash builtins.
-TOOLS = ["sed", "sort", "readlink", "mkdir", "rm", "dirname", "mktemp", "tail", "cp", "cat"]
+TOOLS = ["sed", "sort", "readlink", "mkdir", "rm", "dirname", "mktemp", "tail", "cp", "cat",
+         "chmod"]
 BUILD_TOOLS = ["gcc", "g++", "cmake", "make", "patch"]
 
 
@@ -50,6 +51,7 @@ class Machine:
         self.pyenv = tmp_path / "pyenv"
         self.venv = tmp_path / "venv"
         self.apt_calls = tmp_path / "apt-get.calls"
+        self.policy_rc_d = tmp_path / "policy-rc.d"
         self.tools.mkdir()
         for tool in TOOLS:
             (self.tools / tool).symlink_to(shutil.which(tool))
@@ -77,15 +79,23 @@ case "$1 $3" in
 {cases}  *) exit 1 ;;
 esac
 """)
-        write_script(self.bin / "apt-get", f'echo "$@" >>"{self.apt_calls}"\n')
+        # Each call is recorded with whether the guard against starting services was there.
+        write_script(self.bin / "apt-get", f"""\
+guard=unguarded; [ -x "{self.policy_rc_d}" ] && guard=guarded
+echo "$guard $*" >>"{self.apt_calls}"
+""")
 
-    def run(self, python: str = "", home: bool = True, script=SETUP_PYTHON):
+    def run(self, python: str = "", home: bool = True, script=SETUP_PYTHON, command=None,
+            env=None):
+        """setup_python.sh, or a bash command line run after sourcing it; `home`: PYENV_ROOT
+        names the fake pyenv."""
         env = {"PATH": f"{self.bin}:{self.tools}", "VENV": str(self.venv), "TF": "2.21",
-               "PYTHON": python}
+               "PYTHON": python, "POLICY_RC_D": str(self.policy_rc_d), **(env or {})}
         if home:
             env["PYENV_ROOT"] = str(self.pyenv)
-        return subprocess.run([BASH, str(script)], env=env, capture_output=True, text=True,
-                              timeout=30)
+        argv = [BASH, str(script)] if command is None else \
+            [BASH, "-c", f'set -euo pipefail; source "{script}"; {command}']
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
 
 
 @pytest.fixture
@@ -128,11 +138,15 @@ def test_takes_the_first_python_of_the_preference_order(machine, on_path, in_pye
     assert first_line(result) == f"setup: Python {taken[1]} ({made[taken]})"
 
 
-def test_without_home_pyenv_is_skipped_and_path_still_searched(machine):
-    # `env -i PATH=... make train`: no HOME, no PYENV_ROOT, under `set -u`.
+@pytest.mark.parametrize("home", [None, "with ~/.pyenv"])
+def test_without_pyenv_in_the_environment_only_path_is_searched(machine, home):
+    # `env -i PATH=/usr/bin:... make train`: no PYENV_ROOT, no pyenv on PATH, and HOME unset
+    # (under `set -u`) or one whose ~/.pyenv holds a preferred 3.12: the system's 3.11 is taken.
     python = machine.on_path("3.11.2")
     machine.in_pyenv("3.12.1")
-    result = machine.run(home=False)
+    (machine.tmp / "home").mkdir()
+    (machine.tmp / "home" / ".pyenv").symlink_to(machine.pyenv)
+    result = machine.run(home=False, env={"HOME": str(machine.tmp / "home")} if home else {})
     assert result.returncode == 0, result.stderr
     assert first_line(result) == f"setup: Python 3.11.2 ({python})"
 
@@ -193,7 +207,8 @@ def test_root_installs_what_debians_python_and_the_build_lack(machine):
     assert result.stdout.splitlines()[1].split() == \
         ["setup:", "apt-get", "python3.11-dev", "cmake", "ok"]
     assert machine.apt_calls.read_text().splitlines() == [
-        "update", "install -y --no-install-recommends python3.11-dev cmake"]
+        "guarded update", "guarded install -y --no-install-recommends python3.11-dev cmake"]
+    assert not machine.policy_rc_d.exists()
 
 
 def test_without_root_one_line_names_the_apt_get_install(machine):
@@ -209,6 +224,50 @@ def test_without_root_one_line_names_the_apt_get_install(machine):
         "apt-get install python3.11-venv python3.11-dev g++"]
     assert not machine.apt_calls.exists()
     assert not machine.venv.exists()
+
+
+def test_one_apt_get_update_for_the_build_and_the_test_beds_packages(machine):
+    # What tools/setup.sh does: the build's packages (required), then the test bed's.
+    machine.debian(machine.tmp / "python")
+    result = machine.run(command="apt_install required cmake g++; apt_install optional iproute2")
+    assert result.returncode == 0, result.stderr
+    assert [line.split() for line in result.stdout.splitlines()] == [
+        ["setup:", "apt-get", "cmake", "g++", "ok"], ["setup:", "apt-get", "iproute2", "ok"]]
+    assert machine.apt_calls.read_text().splitlines() == [
+        "guarded update", "guarded install -y --no-install-recommends cmake g++",
+        "guarded install -y --no-install-recommends iproute2"]
+    assert not machine.policy_rc_d.exists()
+
+
+def test_an_existing_policy_rc_d_is_left_in_place(machine):
+    machine.debian(machine.tmp / "python")
+    write_script(machine.policy_rc_d, "exit 101\n")
+    assert machine.run(command="apt_install optional iproute2").returncode == 0
+    assert machine.policy_rc_d.read_text() == "#!/bin/sh\nexit 101\n"
+
+
+def test_without_root_optional_packages_are_skipped_in_one_line(machine):
+    machine.debian(machine.tmp / "python")
+    machine.user_id(1000)
+    result = machine.run(command="apt_install optional iproute2 openssh-server; echo went on")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "setup: not installing iproute2 openssh-server (needs root and apt-get); the tests "
+        "that need them will skip", "went on"]
+    assert not machine.apt_calls.exists()
+
+
+def test_a_failed_install_of_the_build_packages_stops_with_its_log(machine):
+    machine.debian(machine.tmp / "python")
+    write_script(machine.bin / "apt-get",
+                 '[ "$1" = update ] || { echo "E: Unable to locate package cmake"; exit 100; }\n')
+    result = machine.run(command="apt_install required cmake; echo went on")
+    assert result.returncode == 1
+    assert result.stdout.split() == ["setup:", "apt-get", "cmake", "FAILED"]
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("setup: apt-get install cmake failed; last lines of ")
+    assert lines[1:] == ["E: Unable to locate package cmake"]
+    assert not machine.policy_rc_d.exists()
 
 
 def test_a_pyenv_python_needs_no_python_packages(machine):

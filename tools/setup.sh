@@ -65,8 +65,8 @@ source "$ROOT/tools/setup_python.sh"
 choose_python
 ensure_build_packages
 
-# System packages, only when missing and only as root (else the tests that
-# need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
+# System packages, only when missing and only as root (apt_install, in tools/setup_python.sh;
+# else the tests that need them skip and say why): the test bed of hosts (tools/hosts.sh) needs
 # iproute2 and openssh-server; the fault tests make a directory immutable as root with
 # chattr (e2fsprogs, not in Debian 13's minimal system); MPI=1 adds Open MPI, so Horovod is built with it,
 # and Slurm with munge for the Slurm cluster on the test bed (tools/slurm/bed.sh).
@@ -80,30 +80,8 @@ fi
 if [ "${MPI:-0}" = 1 ] && ! { command -v slurmd >/dev/null && command -v munged >/dev/null; }; then
   apt_packages+=(slurm-wlm munge)
 fi
-install_apt_packages() {
-  # The test bed starts its own sshd, munged and Slurm daemons inside namespaces;
-  # the packages' own services must not start in the root namespace.
-  local policy=/usr/sbin/policy-rc.d made_policy=0
-  if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' >$policy; chmod +x $policy; made_policy=1; fi
-  { [ "${APT_UPDATED:-0}" = 1 ] || apt-get update; } && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
-  local rc=$?
-  [ $made_policy = 0 ] || rm -f $policy
-  return $rc
-}
-if [ ${#apt_packages[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    mkdir -p "$LOG_DIR"
-    # Not fatal: without these packages only the tests that need them skip, saying why.
-    printf 'setup: %-28s ' "apt-get ${apt_packages[*]}"
-    if install_apt_packages "${apt_packages[@]}" >"$LOG_DIR/apt-get.log" 2>&1; then
-      echo ok
-    else
-      echo "FAILED (see $LOG_DIR/apt-get.log); the tests that need them will skip"
-    fi
-  else
-    echo "setup: not installing ${apt_packages[*]} (needs root and apt-get); the tests that need them will skip"
-  fi
-fi
+# Not fatal: without these packages only the tests that need them skip, saying why.
+apt_install optional "${apt_packages[@]}"
 
 make_venv
 mkdir -p "$LOG_DIR"

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# The Python tools/setup.sh builds the venv with, the system packages the build needs,
-# and the venv itself. Sourced by tools/setup.sh (which sets TF, PINS, PYTHON, VENV).
+# The Python tools/setup.sh builds the venv with, the system packages the build needs
+# (apt_install, which setup.sh also uses for the test bed's), and the venv itself. Sourced by tools/setup.sh (which sets TF, PINS, PYTHON, VENV).
 # Run alone, `TF=2.21 VENV=DIR tools/setup_python.sh` does only these steps
 # (tests/test_setup_python.py runs it against fake Pythons).
 #
 # Without PYTHON=, the pins file's "# pythons:" line is the preference order; each
-# version is looked for as python3.X on PATH, then in pyenv's versions.
+# version is looked for as python3.X on PATH, then in pyenv's versions (PYENV_ROOT, or the
+# root of the pyenv on PATH).
 
 python_version_of() {  # X.Y.Z of a Python; fails when it does not run
   "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
 }
 
-pyenv_root() {  # pyenv's versions are there whether or not a shim selects them
+# pyenv's versions are there whether or not a shim selects them. Only a pyenv this
+# environment has counts: under `env -i PATH=/usr/bin:...` a ~/.pyenv is not looked in, so
+# a shell without pyenv gets the Python on its PATH.
+pyenv_root() {
   if [ -n "${PYENV_ROOT:-}" ]; then
     echo "$PYENV_ROOT"
   elif command -v pyenv >/dev/null; then
     pyenv root
-  elif [ -n "${HOME:-}" ]; then  # unset under `env -i`
-    echo "$HOME/.pyenv"
   fi
 }
 
@@ -114,33 +116,55 @@ missing_build_packages() {  # Debian packages the venv and the Horovod build nee
   echo "${missing[*]}"
 }
 
-# As root with apt-get, installs what is missing; otherwise stops with the one command
-# to run. Before anything is written.
-ensure_build_packages() {
-  local missing log
-  read -r -a missing <<<"$(missing_build_packages)"
-  [ ${#missing[@]} -gt 0 ] || return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log=$(mktemp)
-    printf 'setup: %-28s ' "apt-get ${missing[*]}"
-    if { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-              "${missing[@]}"; } >"$log" 2>&1; then
-      echo ok
-      rm -f "$log"
-      APT_UPDATED=1
+# apt_install required|optional PACKAGE...: as root with apt-get, `apt-get update` (once per
+# run) and one install of the list, with one "setup: apt-get ... ok" line. Without root, a
+# required list stops set-up with the one apt-get install line to run, an optional one is
+# skipped, saying so (the tests that need it skip); a failed install likewise stops or is
+# reported. The test bed starts its own sshd, munged and Slurm daemons inside namespaces, so
+# policy-rc.d keeps the packages' own services from starting in the root namespace.
+apt_updated=0
+apt_install() {
+  local need=$1; shift
+  [ $# -gt 0 ] || return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    if [ "$need" = optional ]; then
+      echo "setup: not installing $* (needs root and apt-get); the tests that need them will skip"
+      return 0
+    elif command -v apt-get >/dev/null; then
+      echo "setup: the build needs $*; as root run: apt-get install $*" >&2
     else
-      echo "FAILED"
-      echo "setup: apt-get install ${missing[*]} failed; last lines of $log:" >&2
-      tail -n 15 "$log" >&2
-      exit 1
+      echo "setup: the build needs $* (Debian's names); install them" >&2
     fi
-  elif command -v apt-get >/dev/null; then
-    echo "setup: the build needs ${missing[*]}; as root run: apt-get install ${missing[*]}" >&2
-    exit 1
-  else
-    echo "setup: the build needs ${missing[*]} (Debian's names); install them" >&2
     exit 1
   fi
+  # POLICY_RC_D: tests put the guard in their own directory, not in this machine's /usr/sbin.
+  local log policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d} made_policy=0 rc=0
+  log=$(mktemp)
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+  fi
+  printf 'setup: %-28s ' "apt-get $*"
+  { [ $apt_updated = 1 ] || apt-get update; } >"$log" 2>&1 && apt_updated=1 \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" \
+       >>"$log" 2>&1 || rc=$?
+  [ $made_policy = 0 ] || rm -f "$policy"
+  if [ $rc = 0 ]; then
+    echo ok
+    rm -f "$log"
+  elif [ "$need" = optional ]; then
+    echo "FAILED (see $log); the tests that need them will skip"
+  else
+    echo FAILED
+    echo "setup: apt-get install $* failed; last lines of $log:" >&2
+    tail -n 15 "$log" >&2
+    exit 1
+  fi
+}
+
+ensure_build_packages() {  # before anything is written
+  local missing
+  read -r -a missing <<<"$(missing_build_packages)"
+  apt_install required "${missing[@]}"
 }
 
 venv_is_whole() {  # a venv whose pip runs; an interrupted `python -m venv` leaves none
