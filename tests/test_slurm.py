@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import test_faults
-from conftest import HOROVOD_TEST_ENV, max_abs_difference
+from conftest import HOROVOD_TEST_ENV, WITH_AIDS, max_abs_difference
 from slurm_bed import SlurmBed
 from test_faults import assert_bitwise_equal, final_weights
 from test_preemption import processes_naming
@@ -67,7 +67,8 @@ def settings(tiny_data_dir, model_dir, *extra_flags, fault=None):
     values = {"HVD_MNIST_DATA_DIR": tiny_data_dir, "HVD_MNIST_MODEL_DIR": str(model_dir),
               "HVD_MNIST_FLAGS": " ".join(
                   [*FLAGS, f"--export_weights_dir={model_dir}/weights", *extra_flags]),
-              **HOROVOD_TEST_ENV}
+              # --export_weights_dir is a testing aid: the job runs tests/with_aids.py.
+              "HVD_MNIST_PROGRAM": WITH_AIDS, **HOROVOD_TEST_ENV}
     if fault:
         values.update(HVD_MNIST_PROGRAM=test_faults.WITH_FAULT, HVD_MNIST_TEST_FAULT=fault,
                       HVD_MNIST_TEST_GO_FILE=f"{model_dir}/go")
