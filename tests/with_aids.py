@@ -25,7 +25,6 @@ import sys
 # (a script's own directory, tests/, is what Python puts first on the path).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
@@ -33,6 +32,7 @@ import time  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from hvd_mnist import main  # noqa: E402  (quiets TensorFlow before it loads)
+from hvd_mnist.verification.gpus import weights_digest  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -186,13 +186,6 @@ class ExampleLog:
 
     def write(self, **record) -> None:
         self._file.write(json.dumps({**record, "unix_time": time.time()}) + "\n")
-
-
-def weights_digest(variables) -> str:
-    digest = hashlib.sha256()
-    for variable in variables:
-        digest.update(variable.numpy().tobytes())
-    return digest.hexdigest()
 
 
 def example_log(directory):
