@@ -1,7 +1,8 @@
 """The docs against the code, so they cannot drift: the flag tables of docs/usage.md,
 an entry in docs/troubleshooting.md for every error message, every path, module and
 `make` target README.md, BUILD_NOTES.md and docs/*.md name, every path the code's own
-comments and messages name, and the README's length.
+comments and messages name, the commits they cite, an entry for every Horovod patch, a
+report behind every row of the README's results, and the README's length.
 
 Fast: reads source with `ast`, and defines each entry point's flags in a child
 process (no TensorFlow is imported for that).
@@ -232,7 +233,7 @@ def test_relative_links_resolve():
 
 def test_modules_the_docs_run_exist():
     wrong = [f"{doc.relative_to(ROOT)}: python -m {module}"
-             for doc, module in mentions(r"-m ((?:hvd_mnist|tools)(?:\.\w+)+)")
+             for doc, module in mentions(r"-m\s+((?:hvd_mnist|tools)(?:\.\w+)+)")
              if not ((ROOT / (module.replace(".", "/") + ".py")).exists()
                      or (ROOT / module.replace(".", "/") / "__main__.py").exists())]
     assert not wrong, "no such module:\n" + "\n".join(wrong)
@@ -243,3 +244,54 @@ def test_readme_is_a_front_page():
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; the rest belongs in docs/"
     text = "\n".join(lines)
     assert "hvd_mnist/training/step.py" in text and "hvd_mnist/training/loop.py" in text
+
+
+# ---------------------------------------------------------------- commits, patches, results
+
+# A commit as the docs and reports cite one: 7 to 40 hex digits with a letter and a digit,
+# not part of a longer word, a version (`+hvdmnist.8afa0868`) or a path.
+COMMIT = re.compile(r"(?<![\w.+/-])([0-9a-f]{7,40})(?![\w.-])")
+REPORTS = sorted((ROOT / "reports").glob("*.md"))
+
+
+def is_shallow() -> bool:
+    out = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT,
+                         capture_output=True, text=True)
+    return out.returncode != 0 or out.stdout.strip() != "false"
+
+
+def test_commits_the_docs_and_reports_cite_exist():
+    if is_shallow():
+        pytest.skip("a shallow clone lacks the history the docs cite")
+    cited = {(doc.relative_to(ROOT), name) for doc in DOCS + REPORTS
+             for name in COMMIT.findall(text_of(doc))
+             if re.search("[a-f]", name) and re.search("[0-9]", name)}
+    assert len(cited) > 10
+    wrong = [f"{doc}: {name}" for doc, name in sorted(cited)
+             if subprocess.run(["git", "cat-file", "-e", f"{name}^{{commit}}"], cwd=ROOT,
+                               capture_output=True).returncode != 0]
+    assert not wrong, "no such commit:\n" + "\n".join(wrong)
+
+
+def test_every_horovod_patch_has_its_entries_and_every_patch_named_exists():
+    patches = {path.name for path in (ROOT / "tools" / "horovod-patches").glob("*.patch")}
+    assert patches
+    build_notes = sections(text_of(ROOT / "BUILD_NOTES.md"))
+    entries = set(re.findall(r"\*\*`([\w.-]+\.patch)`\*\*", build_notes["The patches"]))
+    table = set(re.findall(r"^\| `([\w.-]+\.patch)` \|", text_of(ROOT / "docs" / "horovod.md"),
+                           flags=re.M))
+    assert not patches - entries, f"BUILD_NOTES.md, The patches, lacks {sorted(patches - entries)}"
+    assert not patches - table, f"docs/horovod.md's table lacks {sorted(patches - table)}"
+    named = {(doc.relative_to(ROOT), name) for doc in DOCS
+             for name in re.findall(r"([\w-]+\.patch)\b", text_of(doc))}
+    wrong = [f"{doc}: {name}" for doc, name in sorted(named) if name not in patches]
+    assert not wrong, "no such patch in tools/horovod-patches/:\n" + "\n".join(wrong)
+
+
+def test_every_results_row_names_its_report():
+    results = sections(text_of(ROOT / "README.md"))["Results"]
+    rows = [row for row in re.findall(r"^\|(.+)\|$", results, flags=re.M)
+            if not re.fullmatch(r"[-| ]+", row) and not row.strip().startswith("commit")]
+    assert rows, "README.md's Results has no table rows"
+    wrong = [row for row in rows if not re.search(r"\]\((?:\.\./)?reports/[\w.-]+\.(?:md|json)", row)]
+    assert not wrong, "a results row without its report:\n" + "\n".join(wrong)
