@@ -232,7 +232,7 @@ wheel: $(SETUP_STAMP)
 	VENV=$(CURDIR)/$(VENV) TF=$(TF) TF_FLAVOR=$(TF_FLAVOR) tools/build_horovod.sh wheel
 
 # The GPU build on this host, GPU or not: set up .venv-gpu, then NCCL built in, and the
-# parity, fault and step tests on it (BUILD_NOTES.md has the time; not in .ci/run).
+# parity, fault and step tests on it (reports/build_log.md has the time; not in .ci/run).
 GPU_BUILD_TESTS ?= tests/test_gpu_build.py tests/test_check_gpus.py tests/test_parity.py tests/test_faults.py \
   tests/test_train_step.py
 test-gpu-build:

@@ -120,9 +120,9 @@ def check_files(out_dir: str, split: str, remake_command: str) -> None:
 
 
 def _check_files(out_dir: str, expected: dict, remake_command: str) -> None:
-    # Hashing the files before TensorFlow reads them costs ~50 ms a process for both
-    # splits (the second read comes from the page cache), against the 2 s and more of
-    # decoding that the copy saves.
+    # Hashing the files before TensorFlow reads them costs 41 ms a process for both
+    # splits (reports/startup_integrity.md; the second read comes from the page cache),
+    # against the 2 s and more of decoding that the copy saves.
     difference = integrity.first_difference(out_dir, expected["files"])
     if difference:
         path, reason = difference
