@@ -17,17 +17,6 @@ LR_SCHEDULES = ("constant", "warmup_linear")
 PROGRESS_MODES = ("auto", "bar", "lines")  # see progress.py
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16", "float64")  # training/precision.py
 
-# --recipe=fast: flag values it sets unless given on the command line (docs/usage.md;
-# its time to 99%: docs/performance.md). Chosen at -np 2 as the fewest training seconds
-# to 99.0% that held for three seeds: two epochs without dropout, which would hold
-# back a run this short, at the batch per worker where the step runs fastest per image.
-RECIPES = {
-    "seed": {},  # Horovod's Keras example: Adadelta(1.0 x workers), 128 per worker, 12 epochs
-    "fast": {"optimizer": "adam", "learning_rate": 0.004, "batch_size": 128, "epochs": 2,
-             "lr_schedule": "warmup_linear", "warmup_epochs": 0.2, "dropout": False},
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     data_dir: str
@@ -47,7 +36,7 @@ class TrainConfig:
     dropout: bool = True
     threads_per_rank: int = 0  # 0: cores / local size
     deterministic: bool = False  # TF op determinism and no tensor fusion: bitwise-repeatable runs
-    recipe: str = "seed"  # a named set of defaults (RECIPES); explicit flags win
+    recipe: str = "seed"  # a named set of defaults (recipes.py); explicit flags win
     lr_schedule: str = "constant"  # or warmup_linear: warm up, then decay to 0 at the last step
     warmup_epochs: float = 0.0  # warmup_linear only
     target_accuracy: float = 0.0  # > 0: stop after the first epoch that reaches it

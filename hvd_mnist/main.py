@@ -13,7 +13,7 @@ quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import config as config_lib  # noqa: E402
+from hvd_mnist import config as config_lib, recipes  # noqa: E402
 from hvd_mnist.process import keras_compat  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
@@ -63,7 +63,7 @@ def define_flags():
     flags.DEFINE_bool("deterministic", False, "Bitwise-repeatable runs: TF op determinism and "
                       "no Horovod tensor fusion (slower; docs/usage.md).")
 
-    flags.DEFINE_enum("recipe", "seed", list(config_lib.RECIPES),
+    flags.DEFINE_enum("recipe", "seed", list(recipes.RECIPES),
                       "seed: Horovod's Keras example (Adadelta 1.0 x workers, 12 epochs). fast: "
                       "Adam with warm-up and linear decay, 2 epochs, no dropout (docs/usage.md). "
                       "Flags given explicitly override the recipe's values.")
@@ -151,7 +151,7 @@ def define_flags():
 def config_from_flags(flag_values) -> config_lib.TrainConfig:
     """The config: flag values, with the recipe's values for flags not given explicitly."""
     values = {name: flag_values[name].value for name in config_lib.TrainConfig.__dataclass_fields__}
-    for name, value in config_lib.RECIPES[values["recipe"]].items():
+    for name, value in recipes.RECIPES[values["recipe"]].items():
         if not flag_values[name].present:
             values[name] = value
     return config_lib.TrainConfig(**values)

@@ -15,7 +15,7 @@ LAYERS = (
     ("errors", ("errors.py",)),
     # __init__.py makes tf-keras tf.keras before anything loads TensorFlow: process set-up.
     ("process", ("process/", "__init__.py")),
-    ("settings", ("config.py",)),
+    ("settings", ("config.py", "recipes.py")),
     ("data", ("data/",)),
     ("outputs", ("outputs/",)),
     ("training", ("training/",)),

@@ -7,7 +7,7 @@ import sys
 import pytest
 from absl import flags
 
-from hvd_mnist import config, main
+from hvd_mnist import config, main, recipes
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_config_from_flags_carries_every_field(parsed_flags):
 
 def test_fast_recipe_sets_its_values_and_explicit_flags_win(parsed_flags):
     cfg = main.config_from_flags(parsed_flags("--recipe=fast", "--epochs=5"))
-    expected = {**config.RECIPES["fast"], "epochs": 5}
+    expected = {**recipes.RECIPES["fast"], "epochs": 5}
     assert {name: getattr(cfg, name) for name in expected} == expected
     seed = main.config_from_flags(parsed_flags())
     assert (seed.optimizer, seed.epochs, seed.lr_schedule) == ("adadelta", 12, "constant")
