@@ -59,3 +59,14 @@ def test_a_cap_that_splits_an_update_is_rejected():
     with pytest.raises(UserFacingError, match="--max_steps_per_epoch=6 is not a multiple of "
                                               "--backward_passes_per_step=4"):
         config.resolve_steps_per_epoch(60_000, 256, 6, passes_per_update=4)
+
+
+def test_a_config_that_breaks_a_rule_cannot_be_built():
+    assert config.problems(make()) == []
+    with pytest.raises(UserFacingError, match="^2 flag values do not work: flag --batch_size=0: "
+                                              "0 is not a positive integer; "
+                                              "--learning_rate must be > 0$"):
+        make(batch_size=0, learning_rate=-1.0)
+    with pytest.raises(UserFacingError, match="^flag --checkpoint_every_minutes=-1.5: -1.5 is "
+                                              "not a non-negative number$"):
+        make(checkpoint_every_minutes=-1.5)

@@ -23,7 +23,7 @@ DOCS = [ROOT / "README.md", ROOT / "BUILD_NOTES.md", *sorted((ROOT / "docs").glo
 # Each of these headings (of docs/usage.md, unless named) holds a table with one `--flag`
 # per row, and together they must name exactly the flags the module defines.
 FLAG_TABLES = {
-    "Training flags": ("hvd_mnist.main", "hvd_mnist.main"),
+    "Training flags": ("hvd_mnist.train_flags", "hvd_mnist.train_flags"),
     "Flags of prepare": ("hvd_mnist.prepare", "hvd_mnist.prepare"),
     "Flags of predict": ("hvd_mnist.predict", "hvd_mnist.predict"),
     "Flags of verify": ("hvd_mnist.verify", "hvd_mnist.verify"),

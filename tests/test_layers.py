@@ -20,7 +20,7 @@ LAYERS = (
     ("outputs", ("outputs/",)),
     ("training", ("training/",)),
     ("verification", ("verification/",)),
-    ("commands", ("main.py", "prepare.py", "predict.py", "verify.py", "check_gpus.py")),
+    ("commands", ("main.py", "train_flags.py", "prepare.py", "predict.py", "verify.py", "check_gpus.py")),
 )
 
 # Upward imports allowed for now, each named with its reason:

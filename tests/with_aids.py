@@ -31,7 +31,7 @@ import time  # noqa: E402
 
 from absl import app, flags  # noqa: E402
 
-from hvd_mnist import main  # noqa: E402  (quiets TensorFlow before it loads)
+from hvd_mnist import main, train_flags  # noqa: E402  (main quiets TensorFlow first)
 from hvd_mnist.verification.gpus import weights_digest  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -39,7 +39,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """hvd_mnist.main's flags, then the aids'."""
-    main.define_flags()
+    train_flags.define_flags()
     flags.DEFINE_integer("inject_nan_at_step", 0, "Rank 0's output bias becomes NaN before "
                          "its K-th training step (counted from 1).", lower_bound=0)
     flags.DEFINE_integer("inject_overflow_at_step", 0, "The last rank's gradients become Inf "
