@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hvd_mnist import prepare  # noqa: E402
-from tools.bench import launch  # noqa: E402
+from hvd_mnist.verification import launch  # noqa: E402
 
 TINY_TRAIN, TINY_TEST = 480, 100
 BIN_DIR = launch.BIN_DIR
@@ -72,10 +72,10 @@ def tiny_sharded_data_dir(tmp_path_factory):
 
 
 def horovodrun(np_, args, timeout=180, cwd=None, env=None):
-    """Runs `horovodrun -np N <args>` and returns the completed process (text output).
-    The bench's launcher with the tests' shorter stall check."""
-    return launch.horovodrun(np_, args, timeout, env={**HOROVOD_TEST_ENV, **(env or {})},
-                             cwd=cwd)
+    """Runs `horovodrun -np N <args>` and returns the completed process (text output):
+    hvd_mnist's launcher with the tests' shorter stall check."""
+    return launch.run(launch.horovodrun_command(np_, args), timeout,
+                      env={**HOROVOD_TEST_ENV, **(env or {})}, cwd=cwd)
 
 
 def horovodrun_in_background(np_, args, env=None):

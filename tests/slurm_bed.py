@@ -10,7 +10,7 @@ import re
 import subprocess
 import time
 
-from tools.bench import launch
+from hvd_mnist.verification import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BED_TOOL = os.path.join(ROOT, "tools", "slurm", "bed.sh")

@@ -17,6 +17,9 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_mnist.data import decoded
+# The order of the examples over the ranks; train_epoch_indices calls rank_batch_indices
+# through this module, so tests/broken_trainer.py can replace it here.
+from hvd_mnist.data.order import epoch_permutation, eval_indices, rank_batch_indices  # noqa: F401
 from hvd_mnist.errors import DataError, short_reason
 
 DATASET = "mnist"
@@ -126,31 +129,6 @@ def seed_from_words(words) -> int:
     return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0]) >> 1
 
 
-def epoch_permutation(seed: int, epoch: int, num_examples: int, stream: int = -1) -> np.ndarray:
-    """The epoch's example order, from (seed, epoch) only: never from rank or size.
-
-    `stream` >= 0 gives an independent order per stream, for the literal Keras
-    example in which every worker shuffles the whole set on its own.
-    """
-    key = [seed, epoch] if stream < 0 else [seed, epoch, stream]
-    return np.random.default_rng(key).permutation(num_examples)
-
-
-def rank_batch_indices(order: np.ndarray, steps: int, per_rank_batch_size: int,
-                       rank: int, size: int) -> np.ndarray:
-    """Example indices of rank `rank`'s batches, shape (steps, per_rank_batch_size).
-
-    Global batch t is order[t*G:(t+1)*G] with G = per_rank_batch_size * size;
-    rank r takes every size-th element of it starting at r.
-    """
-    global_batch_size = per_rank_batch_size * size
-    used = order[:steps * global_batch_size]
-    if len(used) < steps * global_batch_size:
-        raise ValueError(f"{steps} steps of {global_batch_size} need more than "
-                         f"{len(order)} examples")
-    return used[rank::size].reshape(steps, per_rank_batch_size)
-
-
 def normalize(images: tf.Tensor, labels: tf.Tensor, dtype=tf.float32):
     """uint8 [0, 255] (…, 28, 28, 1) -> [0, 1] in `dtype` (float64 with --precision=float64)."""
     return tf.cast(images, dtype) / 255.0, labels
@@ -184,8 +162,3 @@ def train_epoch_indices(num_examples: int, *, seed: int, epoch: int, steps: int,
     """This rank's training examples for one epoch, in order: steps * per-rank batch."""
     order = epoch_permutation(seed, epoch, num_examples)
     return rank_batch_indices(order, steps, per_rank_batch_size, rank, size).reshape(-1)
-
-
-def eval_indices(num_examples: int, rank: int, size: int) -> np.ndarray:
-    """This rank's share of the test split; all ranks together cover it exactly once."""
-    return np.arange(rank, num_examples, size, dtype=np.int64)

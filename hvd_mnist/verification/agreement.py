@@ -18,17 +18,11 @@ import tempfile
 
 from hvd_mnist.errors import short_reason
 from hvd_mnist.process import quiet
-from hvd_mnist.verification import hosts as hosts_lib
+from hvd_mnist.verification import hosts as hosts_lib, launch
 
 TOLERANCE = 1e-9
 PER_WORKER_BATCH = 16
 SEED = 42
-# A stalled rank ends the run instead of hanging it (the Makefile's values), unless the
-# caller chose others.
-JOB_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120",
-           "TF_CPP_MIN_LOG_LEVEL": "1",
-           "OMPI_MCA_mpi_yield_when_idle": "1"}  # MPI's waiting ranks would busy-poll
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +54,10 @@ def trainer(data_dir: str, model_dir: str, global_batch_size: int, steps: int) -
 
 
 def horovodrun(config, workers: int, program: list) -> list:
-    command = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np",
-               str(workers), "-H", hosts_lib.horovodrun_hosts(config.hosts),
-               f"--{config.controller}",
-               "--disable-cache"]  # ask every host now, not what answered an hour ago
-    if config.ssh_port:
-        command += ["--ssh-port", str(config.ssh_port)]
-    if config.ssh_identity_file:
-        command += ["--ssh-identity-file", config.ssh_identity_file]
-    if config.network_interface:
-        command += ["--network-interface", config.network_interface]
-    return command + program
+    return launch.horovodrun_command(
+        workers, program, hosts=hosts_lib.horovodrun_hosts(config.hosts),
+        flags=launch.options(config.controller, config.ssh_port, config.ssh_identity_file,
+                             config.network_interface, disable_cache=True))
 
 
 def failure_reason(output: str) -> str:
@@ -82,10 +69,8 @@ def failure_reason(output: str) -> str:
 
 def run_job(command: list, what: str, timeout_seconds: int) -> str:
     """"" when the job succeeded; else one line saying how it failed."""
-    env = {**JOB_ENV, **os.environ}
     try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env,
-                                timeout=timeout_seconds)
+        result = launch.run(command, timeout_seconds)
     except subprocess.TimeoutExpired:
         return f"{what} did not end within {timeout_seconds} s"
     if result.returncode != 0:

@@ -1,13 +1,11 @@
-"""make data's decoded MNIST and hvd_mnist's per-rank order of it, with numpy alone: what the
-PyTorch job (torch_ddp.py) reads, in a venv without TensorFlow.
+"""make data's decoded MNIST with numpy alone: what the PyTorch job (torch_ddp.py) reads, in a
+venv without TensorFlow (it orders it with hvd_mnist/data/order.py, numpy only too).
 
 The decoded copy (hvd_mnist/data/decoded.py) holds each array as a TensorFlow TensorProto
 (tf.io.serialize_tensor); its bytes are read here from the protobuf's few fields, never
 unpickled. Before reading, the same checks as hvd_mnist's reader: the TFDS record files and
 the copy's own files against the sizes and sha256s make data recorded (integrity.py, which
-needs no TensorFlow). The order is splits.py's: a permutation from (seed, epoch), rank r
-taking every size-th example of each global batch; tests/test_bench_torch.py holds the two
-equal.
+needs no TensorFlow).
 """
 
 import glob
@@ -93,20 +91,3 @@ def load_split(data_dir: str, split: str):
         with open(os.path.join(copy_dir, f"{split}-{what}.tensor"), "rb") as f:
             arrays.append(parse_tensor(f.read()))
     return tuple(arrays)
-
-
-def train_epoch_indices(num_examples: int, *, seed: int, epoch: int, steps: int,
-                        per_rank_batch_size: int, rank: int, size: int) -> np.ndarray:
-    """splits.train_epoch_indices: this rank's examples for the epoch, shape (steps, batch)."""
-    order = np.random.default_rng([seed, epoch]).permutation(num_examples)
-    global_batch_size = per_rank_batch_size * size
-    used = order[:steps * global_batch_size]
-    if len(used) < steps * global_batch_size:
-        raise SystemExit(f"{steps} steps of {global_batch_size} need more than "
-                         f"{num_examples} examples")
-    return used[rank::size].reshape(steps, per_rank_batch_size)
-
-
-def eval_indices(num_examples: int, rank: int, size: int) -> np.ndarray:
-    """splits.eval_indices: this rank's share of the test split."""
-    return np.arange(rank, num_examples, size, dtype=np.int64)

@@ -9,7 +9,8 @@ The same job as `horovodrun -np N python -m hvd_mnist.main --optimizer=adam --ep
 Dense128-Dropout(0.5)-Dense10 (1,199,882 weights, Keras's initialisation: glorot_uniform
 weights, zero biases), Adam(0.001 x workers, Keras's epsilon 1e-7), 128 images per worker
 per step, the decoded copy make data writes in the order hvd_mnist gives each rank
-(mnist_numpy.py), as many threads per process as hvd_mnist's default (cores / local
+(mnist_numpy.py,
+hvd_mnist/data/order.py), as many threads per process as hvd_mnist's default (cores / local
 workers), gradients averaged by DDP over Gloo, then each rank evaluates its share of the
 10,000 test images, the sums meet on every rank, and rank 0 saves a checkpoint.
 
@@ -34,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from hvd_mnist.data import order
 from hvd_mnist.outputs.timing import StepClock
 from tools.bench import mnist_numpy, steady_state
 
@@ -140,9 +142,9 @@ def main(args) -> None:
 
     train_images, train_labels = mnist_numpy.load_split(args.data_dir, "train")
     test_images, test_labels = mnist_numpy.load_split(args.data_dir, "test")
-    steps_indices = mnist_numpy.train_epoch_indices(
-        len(train_labels), seed=args.seed, epoch=1, steps=args.steps,
-        per_rank_batch_size=args.batch_size, rank=rank, size=size)
+    steps_indices = order.rank_batch_indices(
+        order.epoch_permutation(args.seed, 1, len(train_labels)), args.steps, args.batch_size,
+        rank, size)
 
     torch.manual_seed(args.seed)  # the same weights everywhere; DDP broadcasts rank 0's too
     model = DistributedDataParallel(MnistCnn())  # DDP: averages gradients over Gloo
@@ -167,7 +169,7 @@ def main(args) -> None:
     train_seconds = time.perf_counter() - train_start
 
     metrics = evaluate(model, test_images, test_labels,
-                       mnist_numpy.eval_indices(len(test_labels), rank, size),
+                       order.eval_indices(len(test_labels), rank, size),
                        args.batch_size, args.precision)
     if rank == 0:
         os.makedirs(args.out_dir, exist_ok=True)
@@ -176,7 +178,7 @@ def main(args) -> None:
     peak_rss = [None] * size
     dist.all_gather_object(peak_rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if rank == 0:
-        timing = {**clock.to_dict(), "summary_unix_time": time.time()}
+        timing = clock.to_dict()
         summary = {
             "framework": f"PyTorch {torch.__version__}", "num_workers": size,
             "threads_per_rank": threads, "precision": args.precision, "steps": args.steps,
