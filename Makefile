@@ -37,7 +37,7 @@ PLOT_RUNS ?= $(MODEL_DIR)/summary.json
 PLOT ?= $(MODEL_DIR)/plot.png
 
 .PHONY: setup data data-sharded train test test-long test-hosts test-avx2-arithmetic \
-	test-repeat test-fresh parity bench bench-torch torch-venv step-profile bench-stacks bench-elastic plot \
+	test-repeat test-fresh parity bench bench-torch torch-venv step-profile bench-elastic plot \
 	scaling horovod-suite \
 	horovod-examples clean wheel test-gpu-build
 
@@ -134,12 +134,11 @@ test-repeat: $(SETUP_STAMP)
 parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
 
-# Throughput, memory, start-up, time-to-99%, input modes, the same job in PyTorch DDP (making
-# .venv-torch when it is missing) and each precision against the machine's peak, side by
-# side; reports/bench.json (2,669 s on the Intel Xeon with AMX before the PyTorch part,
-# reports/bench.md's header).
-bench: $(SETUP_STAMP) $(DATA_STAMP) $(SHARDED_DATA_STAMP)
-	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR) --sharded_data_dir=$(SHARDED_DATA_DIR)
+# Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
+# and the same job in PyTorch DDP (making .venv-torch when it is missing), and each precision
+# against the machine's peak, side by side; reports/bench.json and .md (tools/bench/__main__.py).
+bench: $(SETUP_STAMP) $(DATA_STAMP)
+	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
 # make bench's part "torch" alone: hvd_mnist against the same job in PyTorch DDP and Horovod's
 # example at -np 1, 2 and 4, float32 and bfloat16; makes .venv-torch first when it is missing
@@ -155,16 +154,6 @@ step-profile: $(SETUP_STAMP)
 # The PyTorch venv of make bench (tools/pins/torch.txt: PyTorch's CPU build, Python 3.11).
 torch-venv: $(SETUP_STAMP)
 	$(BIN)/python -m tools.bench.torch_venv --venv=.venv-torch
-
-# The custom loop on the default stack (.venv: TF 2.21, Keras 3, Python 3.12) beside an
-# older one (.venv-tf$(OLD_TF)), taking turns in one run at -np 1, 2 and 4; sets up both
-# venvs first; reports/bench_stacks.md (679 s on the Intel Xeon with AMX, its header).
-OLD_TF ?= 2.15
-bench-stacks: $(DATA_STAMP)
-	$(MAKE) setup TF=2.21
-	$(MAKE) setup TF=$(OLD_TF)
-	.venv/bin/python -m tools.bench.stacks --data_dir=$(DATA_DIR) --new_venv=.venv \
-	  --old_venv=.venv-tf$(OLD_TF)
 
 # --elastic without a failure beside a normal run at -np 2, taking turns, then the time
 # from a worker's SIGKILL to the survivor's first commit; reports/elastic.md.

@@ -1,5 +1,5 @@
-"""The bench's own arithmetic (steady state, medians over repeats, ratios against a
-committed report), and the program `make bench` compares hvd_mnist with: Horovod's
+"""The bench's own arithmetic (steady state, medians over repeats, time to accuracy, which
+precisions the limit runs), and the program `make bench` compares hvd_mnist with: Horovod's
 example, as tools/bench/horovod_example.py runs it."""
 
 import json
@@ -9,10 +9,8 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import (__main__ as bench, baselines, launch, machine, stacks, steady_state,
-                         tables)
-
-REPORTS = os.path.join(launch.REPO_ROOT, "reports")
+from tools.bench import (__main__ as bench, launch, limit, machine, steady_state, tables,
+                         training_paths)
 
 
 @pytest.mark.parametrize("windows, expected", [
@@ -53,32 +51,30 @@ def test_repeated_runs_give_the_median_of_each_figure_rank_by_rank():
                                                  "peak_rss_mib_per_rank": [710, 650]}
 
 
-def test_the_committed_bench_report_is_a_baseline_at_every_np():
-    report = baselines.load(os.path.join(REPORTS, "bench.json"))
-    ratios = baselines.versus_example_ratios(report)
-    assert set(ratios) == {"np1", "np2", "np4"}
-    for figures in ratios.values():
-        assert {"images_per_second", "launch_to_first_step_seconds"} <= set(figures)
+def test_time_to_accuracy_is_the_training_seconds_of_the_first_epoch_at_the_target():
+    summary = {"history": [{"train_seconds": 40.0, "test_accuracy": 0.985},
+                           {"train_seconds": 35.0, "test_accuracy": 0.9901},
+                           {"train_seconds": 35.0, "test_accuracy": 0.992}]}
+    curve = training_paths.accuracy_curve(summary)
+    assert curve == [(40.0, 0.985), (75.0, 0.9901), (110.0, 0.992)]
+    assert training_paths.seconds_to_accuracy(curve) == (75.0, 2)
+    assert training_paths.seconds_to_accuracy(curve[:1]) == (None, None)  # never reached
 
 
-def test_a_ratio_is_set_beside_the_baselines_by_dividing_them():
-    today = {"np2": {"images_per_second": 1.5, "peak_rss_mib": 0.4}, "custom_over_keras": 1.0}
-    baseline = {"np2": {"images_per_second": 1.25}, "np4": {"images_per_second": 2.0},
-                "custom_over_keras": 0.8}
-    # Only what both measured: np4 is the baseline's alone, peak RSS today's alone.
-    assert baselines.changes(today, baseline) == {"np2": {"images_per_second": 1.2},
-                                                  "custom_over_keras": 1.25}
+def test_each_recipe_runs_in_each_precision_on_the_custom_loop_and_the_seed_on_fit():
+    assert training_paths.accuracy_runs(["float32", "mixed_bfloat16"]) == {
+        "seed_custom": ["--mode=custom", "--precision=float32"],
+        "seed_custom_mixed_bfloat16": ["--mode=custom", "--precision=mixed_bfloat16"],
+        "seed_keras": ["--mode=keras"],
+        "fast_custom": ["--mode=custom", "--recipe=fast", "--precision=float32"],
+        "fast_custom_mixed_bfloat16": ["--mode=custom", "--recipe=fast",
+                                       "--precision=mixed_bfloat16"]}
 
 
-def test_without_a_baseline_report_there_is_none(tmp_path):
-    assert baselines.load(str(tmp_path / "bench.json")) is None
-
-
-def test_an_unreadable_baseline_stops_the_bench_naming_the_file(tmp_path):
-    path = tmp_path / "bench.json"
-    path.write_text("{not json")
-    with pytest.raises(SystemExit, match=f"cannot read the baseline {path}"):
-        baselines.load(str(path))
+def test_a_precision_far_slower_than_float32_is_not_run_under_horovod():
+    rates = {"float32": 2000.0, "mixed_bfloat16": 3500.0, "mixed_float16": 12.0}
+    assert limit.too_slow(rates) == {"mixed_float16": "not run under Horovod: its step alone "
+                                     "ran at 0.01x float32's"}
 
 
 @pytest.mark.parametrize("value, cell", [
@@ -105,77 +101,15 @@ def test_ratios_carry_a_times_sign_and_tables_are_markdown():
 
 
 @pytest.mark.parametrize("parts, path", [
-    (["paths", "accuracy", "inputs", "versus", "torch", "limit"], "reports/bench.json"),
-    (["limit", "torch", "versus", "paths", "accuracy", "inputs"], "reports/bench.json"),  # any order
-    (["paths", "accuracy", "inputs", "versus", "limit"],  # make bench without PyTorch
-     "reports/bench_paths_accuracy_inputs_versus_limit.json"),
+    (["paths", "accuracy", "versus", "torch", "limit"], "reports/bench.json"),
+    (["limit", "torch", "versus", "paths", "accuracy"], "reports/bench.json"),  # any order
+    (["paths", "accuracy", "versus", "limit"],  # make bench without PyTorch
+     "reports/bench_paths_accuracy_versus_limit.json"),
     (["torch"], "reports/bench_torch.json"),  # make bench-torch
-    (["paths", "accuracy", "inputs", "versus"], "reports/bench_paths_accuracy_inputs_versus.json"),
-    (["inputs"], "reports/bench_inputs.json"),
     (["versus", "paths"], "reports/bench_paths_versus.json"),  # in the parts' own order
 ])
 def test_a_run_of_some_parts_never_replaces_the_full_report(parts, path):
     assert bench.report_path("reports/bench.json", parts) == path
-
-
-def test_a_stack_is_summed_up_by_its_medians_and_its_spread():
-    runs = [{"images_per_second": rate, "peak_rss_mib_per_rank": [rss, rss - 20]}
-            for rate, rss in ((2400, 730), (2600, 700), (2500, 760))]
-    assert stacks.summarize(runs) == {
-        "images_per_second": 2500, "peak_rss_mib_per_rank": [730, 710],
-        "images_per_second_lowest": 2400, "images_per_second_highest": 2600,
-        "peak_rss_mib": 730}
-
-
-@pytest.mark.parametrize("new_over_old, met", [(1.02, True), (1.0, True), (0.99, False)])
-def test_the_new_stack_must_not_be_slower_at_any_np(new_over_old, met):
-    comparison = {"np1": {"new_over_old": {"images_per_second": 1.1}},
-                  "np2": {"new_over_old": {"images_per_second": new_over_old}}}
-    assert stacks.not_slower(comparison) == {"np1": True, "np2": met}
-
-
-def test_a_stack_without_its_own_horovodrun_stops_the_bench_naming_it(tmp_path):
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "python").touch()
-    with pytest.raises(SystemExit, match=f"no {tmp_path}/bin/horovodrun for the old stack"):
-        stacks.stack("old", str(tmp_path))
-
-
-def test_each_stack_runs_its_own_python_and_horovodrun(tmp_path):
-    for program in ("python", "horovodrun"):
-        (tmp_path / "bin").mkdir(exist_ok=True)
-        (tmp_path / "bin" / program).touch()
-    stack = stacks.stack("old", str(tmp_path))
-    assert stack["python"] == str(tmp_path / "bin" / "python")
-    command = launch.horovodrun_command(2, [stack["python"]], bin_dir=stack["bin_dir"])
-    assert command[0] == str(tmp_path / "bin" / "horovodrun")
-    assert stack["env"]["PATH"].startswith(str(tmp_path / "bin") + os.pathsep)
-
-
-def test_the_stacks_report_names_the_cpu_both_stacks_and_the_verdict():
-    def summary(rate):
-        return {"images_per_second": rate, "images_per_second_lowest": rate - 50,
-                "images_per_second_highest": rate + 50, "launch_to_first_step_seconds": 4.0,
-                "peak_rss_mib_per_rank": [730.2, 712.9], "peak_rss_mib": 730.2,
-                "wall_seconds": 12.0, "test_accuracy": 0.9589}
-    versions = {"python": "3.12.1", "tensorflow": "2.21.0", "keras": "3.15.1",
-                "horovod": "0.28.1", "numpy": "2.5.5"}
-    medians = {"new": summary(2450.4), "old": summary(2500.0)}
-    report = {"date": "2026-12-02 09:00 UTC", "wall_seconds": 600.0, "steps": 140,
-              "repeats": 3, "machine": "2 cores (Intel(R) Xeon(R), AVX-512 + AMX), 24 GiB",
-              "venvs": {"new": "/r/.venv", "old": "/r/.venv-tf2.15"},
-              "versions": {"new": versions, "old": {**versions, "tensorflow": "2.15.1",
-                                                    "keras": "2.15.0", "python": "3.11.7"}},
-              "comparison": {"np2": {"np": 2, "median": medians,
-                                     "new_over_old": steady_state.ratios(medians["new"],
-                                                                         medians["old"])}},
-              "not_slower": {"np2": False}}
-    text = stacks.markdown(report)
-    assert "AVX-512 + AMX" in text
-    assert "| 2 | new: TF 2.21.0, Keras 3.15.1, Python 3.12.1 | 2450 (2400–2500) | 4.00 |" in text
-    assert "| 2 | old: TF 2.15.1, Keras 2.15.0, Python 3.11.7 |" in text
-    assert "| 2 | **new / old** | 0.980× |" in text
-    assert "**not met** at -np 2." in text
 
 
 @pytest.mark.parametrize("cpu_flags, unit", [

@@ -1,13 +1,12 @@
 """What make bench sets hvd_mnist beside: the same job in PyTorch DDP (tools/bench/torch_ddp.py),
 reading the same prepared data in the same order, and how the bench reads and reports its runs
-(versus_torch.py) and makes its venv (torch_venv.py).
+(versus.py) and makes its venv (torch_venv.py).
 
 Only the job itself needs PyTorch: its test runs when the venv make torch-venv (or make bench)
 makes is there, and skips, naming it, when not; make test never makes it.
 """
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from hvd_mnist.data import splits
-from tools.bench import launch, mnist_numpy, tables, torch_venv, versus_torch
+from tools.bench import launch, mnist_numpy, tables, torch_venv, versus
 
 TORCH_PYTHON = torch_venv.python_of(torch_venv.DEFAULT_VENV)
 needs_torch_venv = pytest.mark.skipif(
@@ -69,22 +68,22 @@ def test_the_pytorch_runs_result_is_the_line_rank_0_prints():
     summary = {"test_accuracy": 0.95, "images_per_second": 1200.0,
                "peak_rss_mib_per_rank": [540.5, 530.0],
                "timing": {"first_step_unix_time": 1004.5}}
-    output = ("W1204 torchrun warning\n" + versus_torch.RESULT_PREFIX + json.dumps(summary)
+    output = ("W1204 torchrun warning\n" + versus.RESULT_PREFIX + json.dumps(summary)
               + "\nother line\n")
-    assert versus_torch.parse_result(output) == summary
+    assert versus.parse_result(output) == summary
     # Launch to the first step on the bench's clock; the largest rank's memory.
-    assert versus_torch.figures(summary, launch_unix=1000.0, wall_seconds=20.0) == {
+    assert versus.figures(summary, launch_unix=1000.0, wall_seconds=20.0) == {
         "wall_seconds": 20.0, "images_per_second": 1200.0,
         "launch_to_first_step_seconds": 4.5, "peak_rss_mib": 540.5, "test_accuracy": 0.95}
 
 
 def test_a_pytorch_run_without_its_line_stops_the_bench():
     with pytest.raises(SystemExit, match="no line starting with 'torch_ddp result: '"):
-        versus_torch.parse_result("Traceback (most recent call last):\n")
+        versus.parse_result("Traceback (most recent call last):\n")
 
 
 def test_the_pytorch_job_runs_under_the_pytorch_venvs_torchrun():
-    command = versus_torch.torchrun_command(2, "/v/bin/python", "--steps=3")
+    command = versus.torchrun_command(2, "/v/bin/python", "--steps=3")
     assert command == ["/v/bin/torchrun", "--standalone", "--nproc_per_node=2", "-m",
                        "tools.bench.torch_ddp", "--steps=3"]
 
@@ -105,7 +104,7 @@ def comparison_of(hvd_rate, torch_rate, hvd_wall=30.0, torch_wall=25.0):
 
 
 def test_the_pytorch_rows_are_set_out_as_part_5s_with_the_ratios():
-    text = versus_torch.table(comparison_of(hvd_rate=1800, torch_rate=2000))
+    text = versus.table(comparison_of(hvd_rate=1800, torch_rate=2000))
     assert text.splitlines()[0] == ("| -np | run | whole process s | CPU s | steady images/s | "
                                     "launch to 1st step s | peak RSS MiB/rank | test accuracy |")
     assert "| 2 | Horovod's example | 45.0 | 90.0 | 1900 | 5.00 | 850 | – |" in text
@@ -121,7 +120,7 @@ def test_the_pytorch_rows_are_set_out_as_part_5s_with_the_ratios():
 ])
 def test_the_issues_targets_are_stated_met_or_missed_with_the_ratio(hvd_rate, hvd_wall,
                                                                     verdicts):
-    lines = versus_torch.targets(comparison_of(hvd_rate, 2000, hvd_wall, 25.0))
+    lines = versus.targets(comparison_of(hvd_rate, 2000, hvd_wall, 25.0))
     assert lines == [
         f"float32, -np 2: hvd_mnist's steady images/s at least PyTorch's: {verdicts[0]}",
         f"float32, -np 2: hvd_mnist's whole-process wall at most PyTorch's: {verdicts[1]}"]
@@ -130,7 +129,7 @@ def test_the_issues_targets_are_stated_met_or_missed_with_the_ratio(hvd_rate, hv
 def test_the_report_says_what_differs_between_the_jobs():
     report = {"versions": {"torch": "2.13.0+cpu", "python": "3.11.7", "numpy": "2.4.6"},
               "repeats": 3, "comparison": comparison_of(1800, 2000)}
-    text = "\n".join(versus_torch.section(report))
+    text = "\n".join(versus.section(report))
     assert "PyTorch 2.13.0+cpu, Python 3.11.7" in text
     assert "What differs:" in text and "Why that is fair:" in text
     assert tables.ratio(0.9) in text
@@ -162,13 +161,13 @@ def test_without_the_python_the_pins_allow_the_bench_says_what_to_install(monkey
 @needs_torch_venv
 def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_dir, tmp_path):
     # 25 steps of 8 images per rank: 400 of the tiny set's 480, one 20-step window.
-    command = versus_torch.torchrun_command(
+    command = versus.torchrun_command(
         2, TORCH_PYTHON, f"--data_dir={tiny_data_dir}", f"--out_dir={tmp_path}", "--steps=25",
         "--batch_size=8", "--timeout_seconds=60")
     result = subprocess.run(command, capture_output=True, text=True, timeout=180,
                             cwd=launch.REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = versus_torch.parse_result(result.stdout)
+    summary = versus.parse_result(result.stdout)
     assert summary == json.loads((tmp_path / "summary.json").read_text())
     assert summary["num_workers"] == 2 and summary["threads_per_rank"] >= 1
     assert summary["test_examples"] == 100  # each rank its share, the sums met
@@ -179,7 +178,7 @@ def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_di
     assert min(summary["peak_rss_mib_per_rank"]) > 100
     assert summary["launch_to_first_step_seconds"] > 0
     assert (tmp_path / "checkpoint.pt").exists()  # rank 0's, at the end
-    assert result.stdout.count(versus_torch.RESULT_PREFIX) == 1  # rank 0 alone
+    assert result.stdout.count(versus.RESULT_PREFIX) == 1  # rank 0 alone
 
 
 def test_the_step_profiles_set_each_piece_of_both_frameworks_side_by_side():

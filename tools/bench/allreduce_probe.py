@@ -1,10 +1,10 @@
-"""Times, on 2+ ranks at once, the parts of a training step the scaling model needs.
+"""Times, on 2+ ranks at once, Horovod's allreduce of exactly the model's gradients: a
+grouped allreduce of tensors of their shapes, as float32 and as float16 (Horovod's
+Compression.fp16), each started after a barrier so no rank's wait for the other is
+counted. Medians of 15 repetitions after 3 warm-ups; rank 0 prints one line
+`PROBE {json}`. make scaling and make step-profile run it.
 
-compute: one step of the custom loop's model without Horovod (forward, backward,
-apply), batch 128, one thread. allreduce: hvd.grouped_allreduce of exactly the
-model's gradients, as float32 and as float16 (Horovod's Compression.fp16), each
-started after a barrier so no rank's wait for the other is counted. Medians of
-15 repetitions after 3 warm-ups; rank 0 prints one line `PROBE {json}`.
+    horovodrun -np 2 -H localhost:2 python -m tools.bench.allreduce_probe
 """
 
 import json
@@ -14,10 +14,9 @@ import time
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist.process import runtime
-from tools.bench import synthetic_step
+from hvd_mnist.training import model as model_lib
 
-BATCH, WARMUP, REPEATS = 128, 3, 15
+WARMUP, REPEATS = 3, 15
 
 
 def median_seconds(fn) -> float:
@@ -34,16 +33,10 @@ def median_seconds(fn) -> float:
 
 def main():
     hvd.init()
-    runtime.configure_threads(1)
-    training = synthetic_step.build(BATCH)
-    step = training.step_function()
-
-    def local_step():
-        return step()[1]
-
-    gradients = local_step()
-    result = {"gradient_bytes": sum(g.numpy().nbytes for g in gradients),
-              "compute_seconds": median_seconds(local_step)}
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # one thread, as each worker of
+    tf.config.threading.set_inter_op_parallelism_threads(1)  # make scaling has
+    gradients = [tf.random.normal(v.shape) for v in model_lib.build_model().trainable_variables]
+    result = {"gradient_bytes": sum(g.numpy().nbytes for g in gradients)}
     for name, compression in (("fp32", hvd.Compression.none), ("fp16", hvd.Compression.fp16)):
         # The gradients go in as arguments: Horovod names its ops after symbolic tensors.
         allreduce = tf.function(lambda *tensors, c=compression: hvd.grouped_allreduce(

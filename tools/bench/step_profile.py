@@ -1,28 +1,138 @@
 """Where one training step's time goes in TensorFlow and in PyTorch, side by side: one
 process, one thread, a synthetic batch of 128, the model and Adam of the job make bench sets
-beside PyTorch DDP (versus_torch.py); then the gradients' allreduce at -np 2.
+beside PyTorch DDP (versus.py); then the gradients' allreduce at -np 2.
 
     python -m tools.bench.step_profile [--min_seconds=1] [--out=runs/bench/step_profile.json]
 
-Runs step_profile_tf.py in this venv and step_profile_torch.py in the PyTorch venv (made when
-missing, torch_venv.py), each in its own process: every layer's forward and backward, the
-optimizer's update, the whole step, and each framework's own profiler's ops over whole
-steps. Then at -np 2 under each launcher: Horovod's grouped allreduce of the gradients
-(allreduce_probe.py) and torch.distributed.all_reduce of the same bytes over Gloo. Prints
-the tables and writes their figures as JSON; a measurement for the record wants a quiet
-machine.
+Runs its TensorFlow half (`--tensorflow`, below) in this venv and step_profile_torch.py in
+the PyTorch venv (made when missing, torch_venv.py), each in its own process with one
+thread: every layer's forward and backward, the optimizer's update, the whole step, and
+each framework's own profiler's ops over whole steps. Then at -np 2 under each launcher:
+Horovod's grouped allreduce of the gradients (allreduce_probe.py) and
+torch.distributed.all_reduce of the same bytes over Gloo. Prints the tables and writes
+their figures as JSON; a measurement for the record wants a quiet machine.
+
+The TensorFlow half: the trainers' model and step (training/model.py, training/step.py,
+with Adam, as in the job make bench sets beside PyTorch's), in a one-rank Horovod job.
+Each piece is its own tf.function, timed alone after two warm-up calls: every layer's
+forward (training=True, so dropout draws its mask), its forward and backward together (the
+backward is their difference), the Adam update of fixed gradients, and the whole step. Then
+TensorFlow's profiler over PROFILED_STEPS whole steps: each op's time, from the trace's
+XPlane.
 """
 
 import argparse
+import collections
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
-from tools.bench import launch, machine, tables, torch_venv, versus_torch
+from tools.bench import launch, machine, tables, torch_venv, versus
 
 TIMEOUT_SECONDS = 900
 TOP_OPS = 12
+BATCH = 128
+PROFILED_STEPS = 10
+PIECES = ("Conv2D(32)", "Conv2D(64)", "MaxPooling2D", "Dropout(0.25)", "Flatten", "Dense(128)",
+          "Dropout(0.5)", "Dense(10) and the loss")
+
+
+def seconds_per_call(function, min_seconds: float, min_calls: int = 3) -> float:
+    """Wall seconds of one call of a tf.function, after two warm-up calls (tracing)."""
+    import tensorflow as tf
+    for _ in range(2):
+        [t.numpy() for t in tf.nest.flatten(function())]
+    calls, start = 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - start < min_seconds:
+        result = function()
+        calls += 1
+    [t.numpy() for t in tf.nest.flatten(result)]  # eager calls may return before the work ends
+    return (time.perf_counter() - start) / calls
+
+
+def layer_pass(layer, layer_input, output, labels, loss_fn, needs_input_gradient: bool):
+    """A tf.function: the layer's forward and its share of the backward pass, driven by a
+    fixed random upstream gradient (the last layer: by the loss)."""
+    import tensorflow as tf
+    upstream = tf.random.normal(output.shape, dtype=tf.float32)
+
+    @tf.function
+    def both():
+        with tf.GradientTape() as tape:
+            tape.watch(layer_input)
+            result = layer(layer_input, training=True)
+            objective = (loss_fn(labels, result) if labels is not None
+                         else tf.reduce_sum(tf.cast(result, tf.float32) * upstream))
+        targets = ([layer_input] if needs_input_gradient else []) + layer.trainable_variables
+        return tape.gradient(objective, targets) if targets else [objective]
+    return both
+
+
+def op_profile(step, steps: int) -> list:
+    """[{op, ms_per_step}] of `steps` calls of `step`, from TensorFlow's profiler: the
+    events of TF's compute threads, named scope/op:kernel, summed per name."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        for _ in range(steps):
+            float(step())
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0],
+                  "rb") as f:
+            space.ParseFromString(f.read())
+    totals = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" in name.replace("::", ""):  # scope/op:kernel, not the executor's own
+                    totals[name] += event.duration_ps / 1e9 / steps
+    return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common()]
+
+
+def measure_tensorflow(min_seconds: float) -> dict:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+    from hvd_mnist.data import mnist
+    from hvd_mnist.training import model as model_lib, step as step_lib
+    hvd.init()
+    tf.keras.utils.set_random_seed(0)
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer("adam", 0.001)
+    optimizer.build(model.trainable_variables)
+    loss_fn = model_lib.make_loss()
+    images = tf.random.uniform([BATCH, *mnist.IMAGE_SHAPE])
+    labels = tf.random.uniform([BATCH], maxval=mnist.NUM_CLASSES, dtype=tf.int64)
+    train_step = step_lib.make_train_step(model, optimizer, loss_fn)
+    step = lambda: train_step(images, labels)  # noqa: E731
+
+    pieces, layer_input = [], images
+    for index, (name, layer) in enumerate(zip(PIECES, model.layers)):
+        output = layer(layer_input, training=True)
+        is_last = index == len(model.layers) - 1
+        forward = tf.function(lambda layer=layer, x=layer_input: layer(x, training=True))
+        both = layer_pass(layer, layer_input, output, labels if is_last else None, loss_fn,
+                          needs_input_gradient=index > 0)
+        forward_seconds = seconds_per_call(forward, min_seconds)
+        pieces.append({"name": name, "forward_ms": 1e3 * forward_seconds,
+                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds)
+                                             - forward_seconds)})
+        layer_input = output
+    gradients = [tf.random.normal(v.shape) * 1e-3 for v in model.trainable_variables]
+    update = tf.function(lambda: optimizer.apply_gradients(
+        zip(gradients, model.trainable_variables)))
+    return {"framework": f"TensorFlow {tf.__version__}", "threads": 1, "batch": BATCH,
+            "pieces": pieces, "optimizer_ms": 1e3 * seconds_per_call(update, min_seconds),
+            "step_ms": 1e3 * seconds_per_call(step, min_seconds),
+            "profiled_steps": PROFILED_STEPS, "ops": op_profile(step, PROFILED_STEPS)}
 
 
 def last_json_line(output: str, prefix: str) -> dict:
@@ -45,13 +155,13 @@ def run(command: list, prefix: str, env=None) -> dict:
 def measure(torch_python: str, min_seconds: float) -> dict:
     seconds = f"--min_seconds={min_seconds}"
     return {
-        "tensorflow": run(launch.python_module("tools.bench.step_profile_tf", seconds),
-                          "PROFILE "),
+        "tensorflow": run(launch.python_module("tools.bench.step_profile", "--tensorflow",
+                                               seconds), "PROFILE "),
         "torch": run(launch.python_module("tools.bench.step_profile_torch", seconds,
                                           python=torch_python), "PROFILE "),
         "horovod_allreduce": run(launch.horovodrun_command(
             2, launch.python_module("tools.bench.allreduce_probe")), "[0]<stdout>:PROBE "),
-        "torch_allreduce": run(versus_torch.torchrun_command(
+        "torch_allreduce": run(versus.torchrun_command(
             2, torch_python, "--allreduce", module="tools.bench.step_profile_torch"), "PROBE "),
     }
 
@@ -104,7 +214,18 @@ def main(argv=None) -> None:
                         help="Each piece is called for at least this long.")
     parser.add_argument("--torch_venv", default=torch_venv.DEFAULT_VENV)
     parser.add_argument("--out", default="runs/bench/step_profile.json")
+    parser.add_argument("--tensorflow", action="store_true",
+                        help="Only the TensorFlow half, printed as one JSON line.")
     args = parser.parse_args(argv)
+    if args.tensorflow:
+        import tensorflow as tf
+        tf.config.threading.set_intra_op_parallelism_threads(1)  # before the first op
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        started = time.perf_counter()
+        result = measure_tensorflow(args.min_seconds)
+        result["seconds"] = time.perf_counter() - started
+        print("PROFILE " + json.dumps(result), flush=True)
+        return
     profile = {"machine": machine.description(), "date": machine.now(),
                **measure(torch_venv.ensure(os.path.abspath(args.torch_venv)), args.min_seconds)}
     profile["load_average_after"] = os.getloadavg()[0]

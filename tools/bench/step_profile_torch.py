@@ -4,7 +4,7 @@ batches, and its gradients' allreduce over Gloo: the PyTorch half of step_profil
     python -m tools.bench.step_profile_torch [--min_seconds=1]        (one JSON line)
     torchrun --standalone --nproc_per_node=2 -m tools.bench.step_profile_torch --allreduce
 
-Timed as step_profile_tf.py times TensorFlow's: every layer's forward (training mode, so
+Timed as step_profile.py times TensorFlow's: every layer's forward (training mode, so
 dropout draws its mask), its forward and backward together (backward: their difference; the
 gradients of its weights and, but for the first layer, of its input, driven by a fixed
 upstream gradient), the Adam update of fixed gradients, the whole step; each piece called

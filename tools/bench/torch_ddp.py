@@ -1,5 +1,5 @@
 """hvd_mnist's benchmark job written in PyTorch DistributedDataParallel: what make bench sets
-hvd_mnist beside (versus_torch.py), as a PyTorch user would write it.
+hvd_mnist beside (versus.py), as a PyTorch user would write it.
 
     torchrun --standalone --nproc_per_node=2 -m tools.bench.torch_ddp --data_dir=data/tfds \\
         --out_dir=runs/torch [--steps=160] [--precision=mixed_bfloat16]
@@ -28,7 +28,6 @@ import resource
 import socket
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn

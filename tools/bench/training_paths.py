@@ -1,53 +1,101 @@
-"""Parts 1-3 of make bench: the custom loop and Keras fit at each -np, beside plain TF
-and the input pipeline measured in the bench's own process, and the time each takes to
-reach 99.0% test accuracy."""
+"""Parts "paths" and "accuracy" of make bench: the custom loop and Keras fit at each -np
+beside hvd_mnist's step alone in the bench's own process (the machine's practical limit),
+and the training seconds each recipe and precision takes to reach 99.0% test accuracy."""
 
 import math
+import time
 
-from tools.bench import in_process, tables, training_run
+from tools.bench import steady_state, tables, training_run
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
+BATCH_SIZE = 128
 QUIET = ["--log_every=0"]
+
+
+def use_every_core() -> None:
+    """This process's TF thread pools: one thread per core, set before its first op (TF
+    refuses a change once its runtime has started)."""
+    import os
+    import tensorflow as tf
+    threads = len(os.sched_getaffinity(0))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def step_alone_images_per_second(precision: str = "float32", windows: int = 7,
+                                 window_steps: int = steady_state.WINDOW_STEPS) -> float:
+    """hvd_mnist's training step (training/step.py, the default recipe's model and
+    optimizer) in this process as a one-rank Horovod job, on one synthetic batch, no input
+    pipeline; images/s counted in windows as the trainers count them."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+    from hvd_mnist.data import mnist
+    from hvd_mnist.training import model as model_lib, step as step_lib
+    hvd.init()
+    tf.keras.utils.set_random_seed(0)
+    model = model_lib.build_model(precision=precision)
+    step = step_lib.make_train_step(model, model_lib.make_optimizer("adadelta", 1.0),
+                                    model_lib.make_loss())
+    images = tf.random.uniform([BATCH_SIZE, *mnist.IMAGE_SHAPE])
+    labels = tf.random.uniform([BATCH_SIZE], maxval=mnist.NUM_CLASSES, dtype=tf.int64)
+    rates = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(window_steps):
+            loss = step(images, labels)
+        float(loss)
+        rates.append(window_steps * BATCH_SIZE / (time.perf_counter() - start))
+    return steady_state.images_per_second(rates)
 
 
 def throughput_flags(np_: int, steps: int) -> list:
     """--epochs and --max_steps_per_epoch for `steps` steps at np_ workers of 128: at -np 4
     an epoch has fewer steps than a measurement needs, so it takes two."""
-    per_epoch = min(steps, 60_000 // (128 * np_))
+    per_epoch = min(steps, 60_000 // (BATCH_SIZE * np_))
     return [f"--epochs={math.ceil(steps / per_epoch)}", f"--max_steps_per_epoch={per_epoch}"]
 
 
+def throughput_run(name: str, np_: int, steps: int, run_flags: list, data_dir: str,
+                   out_dir: str) -> dict:
+    run = training_run.measure(name, np_, [*run_flags, *throughput_flags(np_, steps), *QUIET],
+                               data_dir, out_dir, timeout_seconds=1800)
+    print(f"{name}: {run['images_per_second']:.0f} images/s", flush=True)
+    return run
+
+
 def measure(results: dict, nps: list, steps: int, data_dir: str, out_dir: str) -> None:
-    """Parts 1 and 2 into results: plain TF, the pipeline, and both paths at each -np."""
-    results["plain_tf_images_per_second"] = in_process.plain_tf_images_per_second(128)
-    results["pipeline_images_per_second_per_rank"] = in_process.pipeline_images_per_second(
-        data_dir, 128, size=2)
-    print(f"plain TF: {results['plain_tf_images_per_second']:.0f} images/s; input pipeline: "
-          f"{results['pipeline_images_per_second_per_rank']:.0f} images/s per rank", flush=True)
+    """Part "paths" into results: the step alone, and both paths at each -np."""
+    results["step_alone_images_per_second"] = step_alone_images_per_second()
+    print(f"the step alone: {results['step_alone_images_per_second']:.0f} images/s", flush=True)
     runs = results["throughput"] = {}
     for np_ in nps:
         for mode in ("custom", "keras"):
-            name = f"{mode}_np{np_}"
-            runs[name] = training_run.measure(
-                name, np_, [f"--mode={mode}", *throughput_flags(np_, steps), *QUIET],
-                data_dir, out_dir, timeout_seconds=900)
-            print(f"{name}: {runs[name]['images_per_second']:.0f} images/s", flush=True)
-    results["ratios"] = ratios(results, nps)
+            runs[f"{mode}_np{np_}"] = throughput_run(f"{mode}_np{np_}", np_, steps,
+                                                     [f"--mode={mode}"], data_dir, out_dir)
+    ratios = results["ratios"] = {
+        f"custom_over_keras_np{np_}": (runs[f"custom_np{np_}"]["images_per_second"]
+                                       / runs[f"keras_np{np_}"]["images_per_second"])
+        for np_ in nps}
+    if 1 in nps:
+        ratios["custom_np1_over_step_alone"] = (runs["custom_np1"]["images_per_second"]
+                                                / results["step_alone_images_per_second"])
 
 
-def seconds_to_accuracy(summary, target=TARGET_ACCURACY):
-    """Training seconds (evaluation excluded) until the first epoch at or above target."""
-    elapsed = 0.0
-    for record in summary["history"]:
-        elapsed += record["train_seconds"]
-        if record["test_accuracy"] >= target:
-            return elapsed, record["epoch"]
-    return None, None
+def table(results) -> str:
+    f = tables.figure
+    rows = [["hvd_mnist's step alone, 1 process", f(results["step_alone_images_per_second"]),
+             "", ""]]
+    rows += [[name, f(run["images_per_second"]), f(run["peak_rss_mib"]),
+              f(run["launch_to_first_step_seconds"])]
+             for name, run in results["throughput"].items()]
+    return "\n".join([tables.markdown(["run", "images/s", "peak RSS MiB/rank",
+                                       "launch to 1st step s"], rows),
+                      "", "ratios: " + tables.named_ratios(results["ratios"])])
 
 
 def accuracy_curve(summary: dict) -> list:
-    """[(training seconds so far, test accuracy)] after each epoch."""
+    """[(training seconds so far, test accuracy)] after each epoch (evaluation excluded)."""
     elapsed, curve = 0.0, []
     for record in summary["history"]:
         elapsed += record["train_seconds"]
@@ -55,76 +103,64 @@ def accuracy_curve(summary: dict) -> list:
     return curve
 
 
-def accuracy_run(name: str, run_flags: list, data_dir: str, out_dir: str,
-                 timeout_seconds: float) -> dict:
-    """One -np 2 run that stops at TARGET_ACCURACY: its training seconds to get there,
-    the epoch, its final accuracy and its accuracy after every epoch."""
+def seconds_to_accuracy(curve: list, target: float = TARGET_ACCURACY):
+    """(training seconds, epoch) of the first epoch at or above target; (None, None)."""
+    return next(((seconds, epoch) for epoch, (seconds, accuracy) in enumerate(curve, start=1)
+                 if accuracy >= target), (None, None))
+
+
+def accuracy_run(name: str, run_flags: list, data_dir: str, out_dir: str) -> dict:
+    """One -np 2 run that stops at TARGET_ACCURACY."""
     run = training_run.measure(name, 2, [*run_flags, f"--target_accuracy={TARGET_ACCURACY}",
-                                         *QUIET], data_dir, out_dir,
-                               timeout_seconds=timeout_seconds)
-    seconds, epoch = seconds_to_accuracy(run["summary"])
-    return {"flags": run["flags"], "training_seconds": seconds, "epoch": epoch,
-            "final_test_accuracy": run["summary"]["test_accuracy"],
-            "curve": accuracy_curve(run["summary"])}
+                                         *QUIET], data_dir, out_dir, timeout_seconds=3600)
+    curve = accuracy_curve(run["summary"])
+    seconds, epoch = seconds_to_accuracy(curve)
+    return {"flags": run_flags, "training_seconds": seconds, "epoch": epoch, "curve": curve}
 
 
-# Part 3's runs; "limit" takes the float32 custom ones from here rather than run them again.
-ACCURACY_RUNS = {"seed_custom": ["--mode=custom"], "seed_keras": ["--mode=keras"],
-                 "fast_custom": ["--mode=custom", "--recipe=fast"]}
+RECIPES = {"seed": [], "fast": ["--recipe=fast"]}
 
 
-def time_to_accuracy(data_dir: str, out_dir: str) -> dict:
-    """Part 3: the seed recipe on both paths and --recipe=fast on the custom loop, -np 2."""
-    accuracy = {}
-    for name, run_flags in ACCURACY_RUNS.items():
-        accuracy[name] = accuracy_run(f"accuracy_{name}", run_flags, data_dir, out_dir,
-                                      timeout_seconds=1800)
-        print(f"time to {TARGET_ACCURACY:.1%} at -np 2, {name}: "
-              f"{accuracy[name]['training_seconds']} s (epoch {accuracy[name]['epoch']})",
-              flush=True)
-    return accuracy
+def accuracy_runs(precisions: list) -> dict:
+    """{name: flags}: each recipe on the custom loop in each precision; the seed on fit."""
+    runs = {}
+    for recipe, recipe_flags in RECIPES.items():
+        for precision in precisions:
+            suffix = "" if precision == "float32" else f"_{precision}"
+            runs[f"{recipe}_custom{suffix}"] = ["--mode=custom", *recipe_flags,
+                                                f"--precision={precision}"]
+        if recipe == "seed":
+            runs["seed_keras"] = ["--mode=keras"]
+    return runs
 
 
-def ratios(results, nps):
-    runs = results["throughput"]
+def time_to_accuracy(data_dir: str, out_dir: str, precisions: list) -> dict:
+    """Part "accuracy" at -np 2: each run's training seconds to 99.0%, and over the seed
+    recipe's on the custom loop in float32."""
     out = {}
-    for np_ in nps:
-        out[f"custom_over_keras_np{np_}"] = (runs[f"custom_np{np_}"]["images_per_second"]
-                                             / runs[f"keras_np{np_}"]["images_per_second"])
-    if 1 in nps:
-        custom1 = runs["custom_np1"]["images_per_second"]
-        out["custom_np1_over_plain_tf"] = custom1 / results["plain_tf_images_per_second"]
-        out["pipeline_over_training_np1"] = (results["pipeline_images_per_second_per_rank"]
-                                             / custom1)
-    if 2 in nps:
-        per_rank = runs["custom_np2"]["images_per_second"] / 2
-        out["pipeline_over_training_per_rank_np2"] = (
-            results["pipeline_images_per_second_per_rank"] / per_rank)
+    for name, run_flags in accuracy_runs(precisions).items():
+        out[name] = accuracy_run(f"accuracy_{name}", run_flags, data_dir, out_dir)
+        print(f"time to {TARGET_ACCURACY:.1%} at -np 2, {name}: "
+              f"{out[name]['training_seconds']} s (epoch {out[name]['epoch']})", flush=True)
+    reference = out["seed_custom"]["training_seconds"]
+    for result in out.values():
+        seconds = result["training_seconds"]
+        result["over_seed_custom"] = seconds / reference if seconds and reference else None
     return out
-
-
-def table(results):
-    """Parts 1 and 2 (the largest rank's peak RSS), and the ratios."""
-    f = tables.figure
-    rows = [["plain TF, 1 process, no Horovod", f(results["plain_tf_images_per_second"]),
-             "", "", "", ""],
-            ["input pipeline alone, per rank",
-             f(results["pipeline_images_per_second_per_rank"]), "", "", "", ""]]
-    rows += [[name, f(run["images_per_second"]), f(max(run["peak_rss_mib_per_rank"])),
-              f(run["launch_to_first_step_seconds"]), f(run["last_step_to_exit_seconds"]),
-              f(run["summary_to_exit_seconds"])]
-             for name, run in results["throughput"].items()]
-    lines = [tables.markdown(["run", "images/s", "peak RSS MiB/rank", "launch to 1st step s",
-                              "last step to exit s", "summary to exit s"], rows),
-             "", "ratios: " + tables.named_ratios(results["ratios"])]
-    if "ratios_over_baseline" in results:
-        lines += ["", "each over the baseline's: "
-                  + tables.named_ratios(results["ratios_over_baseline"])]
-    return "\n".join(lines)
 
 
 def accuracy_table(accuracy: dict) -> str:
     return tables.markdown(
-        [f"time to {TARGET_ACCURACY:.1%} test accuracy at -np 2", "training seconds", "epoch"],
-        [[name, tables.figure(value["training_seconds"]), value["epoch"] or tables.MISSING]
-         for name, value in accuracy.items()])
+        [f"time to {TARGET_ACCURACY:.1%} at -np 2", "training seconds", "over the seed recipe",
+         "epoch", "test accuracy after each epoch"],
+        [[name, tables.figure(a["training_seconds"]), tables.ratio(a["over_seed_custom"]),
+          a["epoch"] or tables.MISSING,
+          ", ".join(f"{100 * accuracy:.2f}%" for _, accuracy in a["curve"])]
+         for name, a in accuracy.items()])
+
+
+def plot_time_to_accuracy(accuracy: dict, out_path: str) -> None:
+    from tools.bench import plot
+    plot.accuracy_over_time({name: result["curve"] for name, result in accuracy.items()},
+                            out_path, f"time to {TARGET_ACCURACY:.1%} test accuracy at -np 2",
+                            TARGET_ACCURACY)

@@ -1,25 +1,26 @@
-"""hvd_mnist against the same job in PyTorch DDP (torch_ddp.py) and Horovod's own example,
-side by side: make bench's part "torch"; `make bench-torch` runs it alone.
+"""Part "versus" of make bench: hvd_mnist against Horovod's own TF2 MNIST example
+(horovod_example.py) and, with part "torch" (`make bench-torch` alone), the same job in
+PyTorch DDP (torch_ddp.py), side by side.
 
 The job: `horovodrun -np N python -m hvd_mnist.main --optimizer=adam --epochs=1
 --max_steps_per_epoch=160 --noexport`, 160 steps of 128 images per worker, Adam 0.001 x
-workers; `torchrun --standalone --nproc_per_node=N -m tools.bench.torch_ddp` in the PyTorch
-venv (torch_venv.py); Horovod's example (horovod_example.py) for the same 160 steps. Each
-precision (float32; mixed_bfloat16 beside torch.autocast's bfloat16, which the example
-has no counterpart of) at each -np: one warm-up round first (discarded: page cache, .pyc
-files), then `repeats` rounds, the programs taking turns. Each run is timed as part 5 times
-hvd_mnist and the example (versus_example.py): the whole process, launch to rank 0's
-first finished step, steady images/s (steady_state.py, the same code in the PyTorch job),
-the largest peak RSS of any rank, plus the CPU seconds of the job's processes (as their
-parents reaped them) and the final test accuracy; medians, and hvd_mnist's over PyTorch's
-and the example's.
+workers; the example for the same 160 steps; `torchrun --standalone --nproc_per_node=N -m
+tools.bench.torch_ddp` in the PyTorch venv (torch_venv.py). Each precision (float32;
+mixed_bfloat16 beside torch.autocast's bfloat16, which the example has no counterpart of)
+at each -np: one warm-up round first (discarded: page cache, .pyc files), then `repeats`
+rounds, the programs taking turns. Each run: the whole process (launch to exit), CPU
+seconds of the job's processes (as their parents reaped them), launch to rank 0's first
+finished step, steady images/s (steady_state.py, the same code in every program), the
+largest peak RSS of any rank, and the final test accuracy; medians, and hvd_mnist's over
+the others'.
 """
 
+import json
 import os
 import resource
 import time
 
-from tools.bench import baselines, launch, steady_state, tables, training_run, versus_example
+from tools.bench import launch, steady_state, tables, training_run
 
 STEPS = 160
 BATCH_SIZE = 128
@@ -60,11 +61,10 @@ def torchrun_command(np_: int, torch_python: str, *args,
 
 def parse_result(output: str) -> dict:
     """The summary rank 0 of torch_ddp.py prints as one line; SystemExit without one."""
-    import json
     for line in output.splitlines():
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
-    raise SystemExit("versus_torch: no line starting with "
+    raise SystemExit("versus: no line starting with "
                      f"{RESULT_PREFIX!r} in the PyTorch job's output")
 
 
@@ -75,6 +75,27 @@ def figures(summary: dict, launch_unix: float, wall_seconds: float) -> dict:
             "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
             "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
             "test_accuracy": summary["test_accuracy"]}
+
+
+def run_example(np_, out_dir, idx_dir):
+    """One run of Horovod's example, its files in out_dir/example_np<N>."""
+    run_dir = os.path.abspath(os.path.join(out_dir, f"example_np{np_}"))
+    launch_unix = time.time()
+    rc, seconds = launch.job(np_, launch.python_module(
+        "tools.bench.horovod_example", f"--idx_dir={os.path.abspath(idx_dir)}",
+        f"--steps={STEPS}", f"--out_dir={run_dir}"), run_dir + ".log", TIMEOUT_SECONDS)
+    if rc != 0:
+        raise SystemExit(f"versus: the example failed ({rc}); see {run_dir}.log")
+    ranks = []
+    for rank in range(np_):
+        with open(os.path.join(run_dir, f"rank{rank}.json")) as f:
+            ranks.append(json.load(f))
+    times = ranks[0]["step_unix_times"]
+    return {"wall_seconds": seconds,
+            "images_per_second": steady_state.images_per_second(
+                steady_state.windows_from_step_times(times, BATCH_SIZE * np_)),
+            "launch_to_first_step_seconds": times[0] - launch_unix,
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
 
 
 def run_torch(np_, precision, out_dir, data_dir, torch_python):
@@ -88,7 +109,7 @@ def run_torch(np_, precision, out_dir, data_dir, torch_python):
     log_path = run_dir + ".log"
     rc, seconds = launch.run_logged(command, log_path, TIMEOUT_SECONDS)
     if rc != 0:
-        raise SystemExit(f"versus_torch: the PyTorch job failed ({rc}); see {log_path}")
+        raise SystemExit(f"versus: the PyTorch job failed ({rc}); see {log_path}")
     with open(log_path) as log:
         return figures(parse_result(log.read()), launch_unix, seconds)
 
@@ -99,8 +120,7 @@ def run_hvd_mnist(np_, precision, out_dir, data_dir):
         f"--max_steps_per_epoch={STEPS}", "--noexport", f"--precision={precision}"],
         data_dir, out_dir, TIMEOUT_SECONDS)
     return {**{key: run[key] for key in ("wall_seconds", "images_per_second",
-                                         "launch_to_first_step_seconds")},
-            "peak_rss_mib": max(run["peak_rss_mib_per_rank"]),
+                                         "launch_to_first_step_seconds", "peak_rss_mib")},
             "test_accuracy": run["summary"]["test_accuracy"]}
 
 
@@ -118,18 +138,17 @@ def programs(np_, precision, out_dir, data_dir, idx_dir, torch_python) -> dict:
     """The runs of one round, in the order they take turns."""
     out = {}
     if precision == "float32":
-        out["example"] = lambda: versus_example.run_example(np_, out_dir, idx_dir, steps=STEPS,
-                                                            name=f"torch_example_np{np_}")
+        out["example"] = lambda: run_example(np_, out_dir, idx_dir)
     out["hvd_mnist"] = lambda: run_hvd_mnist(np_, precision, out_dir, data_dir)
-    out["torch"] = lambda: run_torch(np_, precision, out_dir, data_dir, torch_python)
+    if torch_python:
+        out["torch"] = lambda: run_torch(np_, precision, out_dir, data_dir, torch_python)
     return out
 
 
-def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python,
-            baseline=None, warmup=True) -> dict:
-    """{"<precision>_np<N>": every run's figures, their medians, hvd_mnist's over PyTorch's
-    (and over the example's), and that over the baseline report's}."""
-    baseline_ratios = baseline_torch_ratios(baseline) if baseline else {}
+def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python=None,
+            warmup=True) -> dict:
+    """{"<precision>_np<N>": every run's figures, their medians, and hvd_mnist's over the
+    example's and (with torch_python, the PyTorch venv's) PyTorch's}."""
     if warmup:
         for who, run in programs(nps[0], precisions[0], out_dir, data_dir, idx_dir,
                                  torch_python).items():
@@ -148,22 +167,12 @@ def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python,
             medians = {who: steady_state.median_of_runs(rs) for who, rs in runs.items()}
             key = f"{precision}_np{np_}"
             result = out[key] = {"np": np_, "precision": precision, "runs": runs,
-                                 "median": medians, "hvd_mnist_over_torch": steady_state.ratios(
-                                     medians["hvd_mnist"], medians["torch"])}
-            if "example" in medians:
-                result["hvd_mnist_over_example"] = steady_state.ratios(medians["hvd_mnist"],
-                                                                       medians["example"])
-            if key in baseline_ratios:
-                result["over_baseline"] = baselines.changes(result["hvd_mnist_over_torch"],
-                                                            baseline_ratios[key])
+                                 "median": medians}
+            for other in ("torch", "example"):
+                if other in medians:
+                    result[f"hvd_mnist_over_{other}"] = steady_state.ratios(
+                        medians["hvd_mnist"], medians[other])
     return out
-
-
-def baseline_torch_ratios(report: dict) -> dict:
-    """{"float32_np2": {figure: hvd_mnist / PyTorch}, ...} of an earlier report."""
-    return {key: result["hvd_mnist_over_torch"]
-            for key, result in report.get("versus_torch", {}).get("comparison", {}).items()
-            if "hvd_mnist_over_torch" in result}
 
 
 LABELS = {("float32", "example"): "Horovod's example",
@@ -172,8 +181,7 @@ LABELS = {("float32", "example"): "Horovod's example",
           ("mixed_bfloat16", "hvd_mnist"): "hvd_mnist, --precision=mixed_bfloat16",
           ("mixed_bfloat16", "torch"): "PyTorch DDP, torch.autocast(bfloat16)"}
 RATIOS = (("hvd_mnist_over_torch", "hvd_mnist / PyTorch"),
-          ("hvd_mnist_over_example", "hvd_mnist / example"),
-          ("over_baseline", "hvd_mnist / PyTorch over the baseline's"))
+          ("hvd_mnist_over_example", "hvd_mnist / example"))
 KEYS = ("wall_seconds", "cpu_seconds", "images_per_second", "launch_to_first_step_seconds",
         "peak_rss_mib")
 
@@ -198,8 +206,8 @@ def targets(comparison: dict) -> list:
     """Issue 41's targets against PyTorch, each met or missed with its figure: hvd_mnist's
     steady images/s at least PyTorch's, and its whole-process wall at most PyTorch's."""
     lines = []
-    for key, result in comparison.items():
-        ratios = result["hvd_mnist_over_torch"]
+    for result in comparison.values():
+        ratios = result.get("hvd_mnist_over_torch", {})
         for figure, want, what in (("images_per_second", "at least", "steady images/s"),
                                    ("wall_seconds", "at most", "whole-process wall")):
             value = ratios.get(figure)
@@ -213,10 +221,14 @@ def targets(comparison: dict) -> list:
 
 
 def section(report: dict) -> list:
-    """The Markdown lines of this part: what ran, the table, the targets, the differences."""
-    v = report["versions"]
-    return [f"hvd_mnist against PyTorch DDP (PyTorch {v['torch']}, Python {v['python']}, "
-            f"torchrun, Gloo) and Horovod's example: {STEPS} steps of {BATCH_SIZE} images per "
-            f"worker, medians of {report['repeats']} alternating runs after a warm-up round.",
-            "", table(report["comparison"]), "",
-            *(f"- {line}" for line in targets(report["comparison"])), "", DIFFERENCES]
+    """The Markdown lines of this part: what ran, the table, and with PyTorch the targets
+    and what differs between the jobs."""
+    v = report.get("versions")
+    against = (f"PyTorch DDP (PyTorch {v['torch']}, Python {v['python']}, torchrun, Gloo) and "
+               if v else "")
+    lines = [f"hvd_mnist against {against}Horovod's example: {STEPS} steps of {BATCH_SIZE} "
+             f"images per worker, medians of {report['repeats']} alternating runs after a "
+             "warm-up round.", "", table(report["comparison"])]
+    if v:
+        lines += ["", *(f"- {line}" for line in targets(report["comparison"])), "", DIFFERENCES]
+    return lines
