@@ -3,17 +3,10 @@ from one, in one run on one machine.
 
     python -m tools.bench.elastic [--repeats=3]    (~7 min on 2 cores)
 
-Throughput: the same short custom-loop run at -np 2 three ways, taking turns --repeats
-times (ABCABC...), so a change in the machine's load hits all alike:
-
-  normal            horovodrun -np 2 -H localhost:2: one TF thread per worker (2 cores,
-                    2 local ranks: process/runtime.py)
-  elastic           horovodrun --elastic on two one-slot "hosts" (localhost:1 and
-                    127.0.0.1:1), the way to run elastic on one machine, with
-                    --threads_per_rank=1 as docs/elastic.md says: the normal run's threads
-  elastic_no_threads_flag
-                    the same without --threads_per_rank: each worker sees one local rank
-                    on its "host" and takes both cores' threads (4 threads on 2 cores)
+Throughput: the same short custom-loop run at -np 2 two ways, taking turns --repeats
+times, so a change in the machine's load hits both alike: "normal" (horovodrun -np 2 -H
+localhost:2) and "elastic" (horovodrun --elastic on two one-slot "hosts", localhost:1 and
+127.0.0.1:1, with --threads_per_rank=1 as docs/elastic.md says).
 
 Each figure is a median over the runs: steady images/s (steady_state.py: 20-step windows
 after the first), training images/s (summary.json's: every image over the epochs' training
@@ -51,8 +44,7 @@ FLAGS = flags.FLAGS
 DISCOVER = os.path.join(launch.REPO_ROOT, "tools", "discover_hosts.sh")
 WITH_AIDS = os.path.join(launch.REPO_ROOT, "tests", "with_aids.py")
 ELASTIC_HOSTS = ("localhost:1", "127.0.0.1:1")
-VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"],
-            "elastic_no_threads_flag": ["--elastic"]}
+VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"]}
 
 
 def define_flags():

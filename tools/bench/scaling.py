@@ -7,9 +7,7 @@ loop at the seed recipe's 128 images per worker, each lever on each link, and
 reports/scaling.json and reports/scaling.md.
 
 Images/s and step time come from each run's summary: steps 2..N (step 1 traces
-the function). The time in allreduce comes from allreduce_probe.py run on
-the same two hosts and link: the gradients' grouped allreduce alone, after a
-barrier.
+the function).
 """
 
 import json
@@ -34,13 +32,8 @@ BATCH, DELAY = 128, "0.2ms"
 # (name, tc rate, bits per second)
 LINKS = [("unlimited", None, None), ("1 Gbit/s", "1gbit", 1e9), ("100 Mbit/s", "100mbit", 1e8)]
 K = 4
-LEVERS = [("none", [], {}), ("fp16", ["--fp16_allreduce"], {}),
-          (f"K={K}", [f"--backward_passes_per_step={K}"], {}),
-          (f"fp16+K={K}", ["--fp16_allreduce", f"--backward_passes_per_step={K}"], {})]
-# Horovod's fusion buffer and cycle time, on the shaped links only.
-TUNING = [("fusion off", [], {"HOROVOD_FUSION_THRESHOLD": "0"}),
-          ("cycle 10 ms", [], {"HOROVOD_CYCLE_TIME": "10"})]
-
+LEVERS = {"none": [], "fp16": ["--fp16_allreduce"], f"K={K}": [f"--backward_passes_per_step={K}"],
+          f"fp16+K={K}": ["--fp16_allreduce", f"--backward_passes_per_step={K}"]}
 
 def hosts(*args):
     result = subprocess.run([HOSTS_TOOL, *args], capture_output=True, text=True,
@@ -50,24 +43,24 @@ def hosts(*args):
     return result.stdout + result.stderr
 
 
-def on_hosts(host_slots, np_, command, log_path, env=None, timeout=600):
+def on_hosts(host_slots, np_, command, log_path, timeout=600):
     # One host: horovodrun wants its loopback interface.
     flags = options(network_interface="eth0" if "," in host_slots else "lo", **SSH)
     rc, _ = launch.run_logged(
         [HOSTS_TOOL, "exec", "hostA",
          *launch.horovodrun_command(np_, command, hosts=host_slots, flags=flags)],
-        log_path, timeout, env={**BED_ENV, **(env or {})})
+        log_path, timeout, env=BED_ENV)
     if rc != 0:
         raise SystemExit(f"scaling: run failed (exit {rc}), see {log_path}")
 
 
-def train(work, name, host_slots, np_, steps, flags, env, data_dir):
+def train(work, name, host_slots, np_, steps, flags, data_dir):
     model_dir = os.path.join(work, name.replace(" ", "_").replace("/", ""))
     on_hosts(host_slots, np_, [sys.executable, "-m", "hvd_mnist.main", f"--data_dir={data_dir}",
                                f"--model_dir={model_dir}", "--epochs=1",
                                f"--max_steps_per_epoch={steps}", "--log_every=0",
                                f"--batch_size={BATCH}", *flags],
-             model_dir + ".log", env)
+             model_dir + ".log")
     summary = launch.read_summary(model_dir)
     timing = summary["timing"]
     step_seconds = steady_state.seconds_per_step_after_first(
@@ -76,15 +69,6 @@ def train(work, name, host_slots, np_, steps, flags, env, data_dir):
             "images_per_second": summary["global_batch_size"] / step_seconds,
             "threads_per_rank": [r["threads_per_rank"] for r in summary["ranks"]],
             "hosts": [r["host"] for r in summary["ranks"]]}
-
-
-def probe(work, name):
-    log_path = os.path.join(work, f"probe_{name}.log".replace(" ", "_").replace("/", ""))
-    on_hosts("hostA:1,hostB:1", 2, launch.python_module("tools.bench.allreduce_probe"),
-             log_path)
-    with open(log_path) as f:
-        line = next(line for line in f if "PROBE " in line)
-    return json.loads(line.split("PROBE ", 1)[1])
 
 
 def define_flags():
@@ -104,25 +88,24 @@ def main(argv):
     print(f"scaling: logs in {work}", flush=True)
     hosts("up", "2", "--pin")
     try:
-        baseline = train(work, "1 host x 1 worker", "hostA:1", 1, args.steps, [], {}, data_dir)
+        baseline = train(work, "1 host x 1 worker", "hostA:1", 1, args.steps, [], data_dir)
         print(f"scaling: 1 host x 1 worker: {baseline['images_per_second']:.0f} images/s",
               flush=True)
-        rows, probes, delay_applied = [], {}, {}
+        rows, delay_applied = [], {}
         for link, rate, bits in LINKS:
             shaped = hosts("shape", rate, DELAY) if rate else hosts("shape", "off")
             delay_applied[link] = bool(rate) and "no delay" not in shaped
-            probes[link] = probe(work, link)
-            for lever, lever_flags, env in LEVERS + (TUNING if rate else []):
+            for lever, lever_flags in LEVERS.items():
                 result = train(work, f"{link} {lever}", "hostA:1,hostB:1", 2, args.steps,
-                               lever_flags, env, data_dir)
+                               lever_flags, data_dir)
                 rows.append({"link": link, "link_bits_per_second": bits, "lever": lever,
-                             "flags": lever_flags, "env": env, **result})
+                             "flags": lever_flags, **result})
                 print(f"scaling: {link:>10} {lever:<12} {result['images_per_second']:6.0f} "
                       f"images/s, step {1000 * result['step_seconds']:.0f} ms", flush=True)
         hosts("shape", "off")
     finally:
         hosts("down")
-    report = analyse(baseline, rows, probes)
+    report = analyse(baseline, rows)
     report.update({"machine": machine.description(), "date": machine.now(),
                    "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
                    "wall_seconds": time.time() - started, "delay_applied": delay_applied})
@@ -134,13 +117,11 @@ def main(argv):
     print(f"scaling: wrote {args.out}/scaling.md ({report['wall_seconds']:.0f} s)")
 
 
-def analyse(baseline, rows, probes):
+def analyse(baseline, rows):
     for row in rows:
         row["efficiency"] = row["images_per_second"] / (2 * baseline["images_per_second"])
-        wire = "fp16" if "--fp16_allreduce" in row["flags"] else "fp32"
-        row["allreduce_seconds"] = probes[row["link"]][f"allreduce_{wire}_seconds"]
     by = {(r["link"], r["lever"]): r for r in rows}
-    levers = [name for name, _, _ in LEVERS]
+    levers = list(LEVERS)
     slow = max(by[("100 Mbit/s", lever)]["images_per_second"] for lever in levers)
     gbit = max(by[("1 Gbit/s", lever)]["images_per_second"] for lever in levers)
     unlimited = by[("unlimited", "none")]["images_per_second"]
@@ -151,8 +132,7 @@ def analyse(baseline, rows, probes):
         # The stricter reading: against the best any lever reaches on the unlimited link.
         "1gbit_best_lever_vs_unlimited_best": gbit / unlimited_best,
     }
-    return {"baseline_1_host_1_worker": baseline, "probes": probes, "rows": rows,
-            "targets": targets}
+    return {"baseline_1_host_1_worker": baseline, "rows": rows, "targets": targets}
 
 
 def delay_sentence(report):
@@ -180,20 +160,10 @@ def markdown(report):
         f"1 host x 1 worker (same kind of 1-core host): {base['images_per_second']:.0f} "
         f"images/s, step {1000 * base['step_seconds']:.0f} ms. Efficiency = 2-host images/s / "
         "(2 x that).", "",
-        "| link | lever | images/s | step ms | efficiency | allreduce ms (probe) |",
-        "|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        lines.append(
-            f"| {r['link']} | {r['lever']} | {r['images_per_second']:.0f} | "
-            f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% | "
-            f"{1000 * r['allreduce_seconds']:.1f} |")
-    lines += ["", "Probe per link (tools/bench/allreduce_probe.py: medians of 15, after a "
-              "barrier):", "",
-              "| link | allreduce fp32 ms | allreduce fp16 ms | gradient bytes |",
-              "|---|---|---|---|"]
-    for link, p in report["probes"].items():
-        lines.append(f"| {link} | {1000 * p['allreduce_fp32_seconds']:.1f} | "
-                     f"{1000 * p['allreduce_fp16_seconds']:.1f} | {p['gradient_bytes']} |")
+        "| link | lever | images/s | step ms | efficiency |", "|---|---|---|---|---|"]
+    lines += [f"| {r['link']} | {r['lever']} | {r['images_per_second']:.0f} | "
+              f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% |"
+              for r in report["rows"]]
     lines += ["", "Targets:", "",
               f"- 100 Mbit/s, best lever vs none: {t['100mbit_best_lever_vs_none']:.2f}x "
               "(target >= 1.8x)",
