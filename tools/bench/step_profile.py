@@ -4,21 +4,18 @@ beside PyTorch DDP (versus.py); then the gradients' allreduce at -np 2.
 
     python -m tools.bench.step_profile [--min_seconds=1] [--out=runs/bench/step_profile.json]
 
-Runs its TensorFlow half (`--tensorflow`, below) in this venv and step_profile_torch.py in
-the PyTorch venv (made when missing, torch_venv.py), each in its own process with one
-thread: every layer's forward and backward, the optimizer's update, the whole step, and
-each framework's own profiler's ops over whole steps. Then at -np 2 under each launcher:
-Horovod's grouped allreduce of the gradients (allreduce_probe.py) and
-torch.distributed.all_reduce of the same bytes over Gloo. Prints the tables and writes
-their figures as JSON; a measurement for the record wants a quiet machine.
-
-The TensorFlow half: the trainers' model and step (training/model.py, training/step.py,
-with Adam, as in the job make bench sets beside PyTorch's), in a one-rank Horovod job.
-Each piece is its own tf.function, timed alone after two warm-up calls: every layer's
-forward (training=True, so dropout draws its mask), its forward and backward together (the
-backward is their difference), the Adam update of fixed gradients, and the whole step. Then
-TensorFlow's profiler over PROFILED_STEPS whole steps: each op's time, from the trace's
-XPlane.
+Runs each half in its own process with one thread: `--tensorflow` in this venv (the
+trainers' model and step, training/model.py and training/step.py, with Adam, in a one-rank
+Horovod job), `--torch` in the PyTorch venv (torch_ddp.py's model; made when missing,
+torch_venv.py). Each times, after two warm-up calls, every layer's forward (in training
+mode, so dropout draws its mask), its forward and backward together (the backward is their
+difference; the gradients of its weights and, but for the first layer, of its input,
+driven by a fixed upstream gradient), the Adam update of fixed gradients, and the whole
+step; then its framework's profiler over PROFILED_STEPS whole steps gives each op's time.
+Then at -np 2: Horovod's grouped allreduce of the gradients (allreduce_probe.py), and under
+torchrun (`--allreduce`) torch.distributed.all_reduce of the same bytes over Gloo, as one
+flat buffer (DDP's one 25 MB bucket holds them all) and tensor by tensor. Prints the tables
+and writes their figures as JSON; a measurement for the record wants a quiet machine.
 """
 
 import argparse
@@ -26,6 +23,7 @@ import collections
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,21 +35,28 @@ TIMEOUT_SECONDS = 900
 TOP_OPS = 12
 BATCH = 128
 PROFILED_STEPS = 10
+WARMUP, REPEATS = 3, 15  # PyTorch's allreduce, as allreduce_probe.py times Horovod's
 PIECES = ("Conv2D(32)", "Conv2D(64)", "MaxPooling2D", "Dropout(0.25)", "Flatten", "Dense(128)",
           "Dropout(0.5)", "Dense(10) and the loss")
 
 
-def seconds_per_call(function, min_seconds: float, min_calls: int = 3) -> float:
-    """Wall seconds of one call of a tf.function, after two warm-up calls (tracing)."""
-    import tensorflow as tf
+def seconds_per_call(function, min_seconds: float, fetch=lambda result: None) -> float:
+    """Wall seconds of one call, after two warm-up calls (tracing); fetch(result) waits for
+    a call's outputs (TensorFlow's eager calls may return before the work ends)."""
     for _ in range(2):
-        [t.numpy() for t in tf.nest.flatten(function())]
+        fetch(function())
     calls, start = 0, time.perf_counter()
-    while calls < min_calls or time.perf_counter() - start < min_seconds:
+    while calls < 3 or time.perf_counter() - start < min_seconds:
         result = function()
         calls += 1
-    [t.numpy() for t in tf.nest.flatten(result)]  # eager calls may return before the work ends
+    fetch(result)
     return (time.perf_counter() - start) / calls
+
+
+def tf_fetch(result) -> None:
+    import tensorflow as tf
+    for tensor in tf.nest.flatten(result):
+        tensor.numpy()
 
 
 def layer_pass(layer, layer_input, output, labels, loss_fn, needs_input_gradient: bool):
@@ -121,18 +126,126 @@ def measure_tensorflow(min_seconds: float) -> dict:
         forward = tf.function(lambda layer=layer, x=layer_input: layer(x, training=True))
         both = layer_pass(layer, layer_input, output, labels if is_last else None, loss_fn,
                           needs_input_gradient=index > 0)
-        forward_seconds = seconds_per_call(forward, min_seconds)
+        forward_seconds = seconds_per_call(forward, min_seconds, tf_fetch)
         pieces.append({"name": name, "forward_ms": 1e3 * forward_seconds,
-                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds)
+                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds, tf_fetch)
                                              - forward_seconds)})
         layer_input = output
     gradients = [tf.random.normal(v.shape) * 1e-3 for v in model.trainable_variables]
     update = tf.function(lambda: optimizer.apply_gradients(
         zip(gradients, model.trainable_variables)))
     return {"framework": f"TensorFlow {tf.__version__}", "threads": 1, "batch": BATCH,
-            "pieces": pieces, "optimizer_ms": 1e3 * seconds_per_call(update, min_seconds),
-            "step_ms": 1e3 * seconds_per_call(step, min_seconds),
+            "pieces": pieces,
+            "optimizer_ms": 1e3 * seconds_per_call(update, min_seconds, tf_fetch),
+            "step_ms": 1e3 * seconds_per_call(step, min_seconds, tf_fetch),
             "profiled_steps": PROFILED_STEPS, "ops": op_profile(step, PROFILED_STEPS)}
+
+
+def pieces_of(model):
+    import torch
+    import torch.nn.functional as F
+    """(name, function) of each piece of the forward pass, as Keras's layers split it (a
+    convolution's or dense layer's ReLU belongs to it)."""
+    return [("Conv2D(32)", lambda x: F.relu(model.conv1(x))),
+            ("Conv2D(64)", lambda x: F.relu(model.conv2(x))),
+            ("MaxPooling2D", lambda x: F.max_pool2d(x, 2)),
+            ("Dropout(0.25)", model.dropout1),
+            ("Flatten", lambda x: torch.flatten(x, 1)),
+            ("Dense(128)", lambda x: F.relu(model.dense1(x))),
+            ("Dropout(0.5)", model.dropout2),
+            ("Dense(10) and the loss", model.dense2)]
+
+
+def measure_torch(min_seconds: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from tools.bench.torch_ddp import MnistCnn
+    torch.manual_seed(0)
+    model = MnistCnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+    images = torch.rand(BATCH, 1, 28, 28)
+    labels = torch.randint(0, 10, (BATCH,))
+
+    def step():
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    pieces, layer_input = [], images
+    named = pieces_of(model)
+    for index, (name, piece) in enumerate(named):
+        output = piece(layer_input).detach()
+        is_last = index == len(named) - 1
+        upstream = torch.randn_like(output)
+        x = layer_input.detach().requires_grad_(index > 0)
+
+        def both(piece=piece, x=x, upstream=upstream, is_last=is_last):
+            model.zero_grad(set_to_none=True)  # new gradients each call, as TF's tape gives
+            x.grad = None
+            result = piece(x)
+            if is_last:
+                F.cross_entropy(result, labels).backward()
+            elif result.requires_grad:
+                result.backward(upstream)
+
+        forward_seconds = seconds_per_call(lambda piece=piece, x=x: piece(x), min_seconds)
+        pieces.append({"name": name, "forward_ms": 1e3 * forward_seconds,
+                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds)
+                                             - forward_seconds)})
+        layer_input = output
+    for parameter in model.parameters():
+        parameter.grad = torch.randn_like(parameter) * 1e-3
+    return {"framework": f"PyTorch {torch.__version__}", "threads": torch.get_num_threads(),
+            "batch": BATCH, "pieces": pieces,
+            "optimizer_ms": 1e3 * seconds_per_call(optimizer.step, min_seconds),
+            "step_ms": 1e3 * seconds_per_call(step, min_seconds),
+            "profiled_steps": PROFILED_STEPS, "ops": torch_op_profile(step, PROFILED_STEPS)}
+
+
+def torch_op_profile(step, steps: int) -> list:
+    """[{op, ms_per_step}]: each op's own CPU time over `steps` steps, from torch.profiler."""
+    import torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(steps):
+            step()
+    totals = collections.Counter({event.key: event.self_cpu_time_total / 1e3 / steps
+                                  for event in profiler.key_averages()})
+    return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common() if ms > 0]
+
+
+def torch_allreduce() -> dict:
+    """Median seconds of averaging the model's gradients over the ranks (rank 0's figures),
+    each after a barrier, as allreduce_probe.py times Horovod's."""
+    import torch
+    import torch.distributed as dist
+    from tools.bench.torch_ddp import MnistCnn
+    dist.init_process_group("gloo")
+    size = dist.get_world_size()
+    gradients = [torch.randn_like(p) for p in MnistCnn().parameters()]
+    flat = torch.cat([g.reshape(-1) for g in gradients])
+
+    def median_seconds(function) -> float:
+        seconds = []
+        for repeat in range(WARMUP + REPEATS):
+            dist.barrier()
+            start = time.perf_counter()
+            function()
+            if repeat >= WARMUP:
+                seconds.append(time.perf_counter() - start)
+        return statistics.median(seconds)
+
+    def per_tensor():
+        for gradient in gradients:
+            dist.all_reduce(gradient)
+            gradient.div_(size)
+
+    result = {"ranks": size, "gradient_bytes": flat.numel() * flat.element_size(),
+              "allreduce_flat_seconds": median_seconds(
+                  lambda: dist.all_reduce(flat) or flat.div_(size)),
+              "allreduce_per_tensor_seconds": median_seconds(per_tensor)}
+    dist.destroy_process_group()
+    return result
 
 
 def last_json_line(output: str, prefix: str) -> dict:
@@ -157,12 +270,12 @@ def measure(torch_python: str, min_seconds: float) -> dict:
     return {
         "tensorflow": run(launch.python_module("tools.bench.step_profile", "--tensorflow",
                                                seconds), "PROFILE "),
-        "torch": run(launch.python_module("tools.bench.step_profile_torch", seconds,
+        "torch": run(launch.python_module("tools.bench.step_profile", "--torch", seconds,
                                           python=torch_python), "PROFILE "),
         "horovod_allreduce": run(launch.horovodrun_command(
             2, launch.python_module("tools.bench.allreduce_probe")), "[0]<stdout>:PROBE "),
         "torch_allreduce": run(versus.torchrun_command(
-            2, torch_python, "--allreduce", module="tools.bench.step_profile_torch"), "PROBE "),
+            2, torch_python, "--allreduce", module="tools.bench.step_profile"), "PROBE "),
     }
 
 
@@ -214,17 +327,34 @@ def main(argv=None) -> None:
                         help="Each piece is called for at least this long.")
     parser.add_argument("--torch_venv", default=torch_venv.DEFAULT_VENV)
     parser.add_argument("--out", default="runs/bench/step_profile.json")
-    parser.add_argument("--tensorflow", action="store_true",
-                        help="Only the TensorFlow half, printed as one JSON line.")
+    half = parser.add_mutually_exclusive_group()
+    half.add_argument("--tensorflow", action="store_true",
+                      help="Only the TensorFlow half, printed as one JSON line.")
+    half.add_argument("--torch", action="store_true",
+                      help="Only the PyTorch half (in the PyTorch venv), one JSON line.")
+    half.add_argument("--allreduce", action="store_true",
+                      help="Under torchrun: PyTorch's allreduce of the gradients.")
     args = parser.parse_args(argv)
-    if args.tensorflow:
-        import tensorflow as tf
-        tf.config.threading.set_intra_op_parallelism_threads(1)  # before the first op
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+    if args.tensorflow or args.torch:
         started = time.perf_counter()
-        result = measure_tensorflow(args.min_seconds)
-        result["seconds"] = time.perf_counter() - started
-        print("PROFILE " + json.dumps(result), flush=True)
+        if args.tensorflow:
+            import tensorflow as tf
+            tf.config.threading.set_intra_op_parallelism_threads(1)  # before the first op
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+            result = measure_tensorflow(args.min_seconds)
+        else:
+            import torch
+            torch.set_num_threads(1)
+            result = measure_torch(args.min_seconds)
+        print("PROFILE " + json.dumps({**result, "seconds": time.perf_counter() - started}),
+              flush=True)
+        return
+    if args.allreduce:
+        import torch
+        torch.set_num_threads(1)
+        probe = torch_allreduce()
+        if int(os.environ.get("RANK", "0")) == 0:
+            print("PROBE " + json.dumps(probe), flush=True)
         return
     profile = {"machine": machine.description(), "date": machine.now(),
                **measure(torch_venv.ensure(os.path.abspath(args.torch_venv)), args.min_seconds)}
