@@ -14,9 +14,7 @@ has no fast float16 kernels for them) is not run under Horovod, with the reason 
 report. Where a step's time goes, layer by layer: `make step-profile`.
 """
 
-import time
-
-from tools.bench import flops, tables, training_paths
+from tools.bench import flops, step_profile, tables, training_paths
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The dtype a precision's convolutions and matmuls run in (its variables stay float32).
@@ -29,14 +27,8 @@ SKIP_BELOW = 0.25
 
 def gflops_of(op, flops_per_call: float, min_seconds: float = 2.0) -> float:
     """GFLOP/s of op() after two warm-up calls (tracing), over at least min_seconds."""
-    for _ in range(2):
-        op().numpy()
-    calls, start = 0, time.perf_counter()
-    while calls < 3 or time.perf_counter() - start < min_seconds:
-        result = op()
-        calls += 1
-    result.numpy()
-    return flops_per_call * calls / (time.perf_counter() - start) / 1e9
+    return flops_per_call / step_profile.seconds_per_call(op, min_seconds,
+                                                          step_profile.tf_fetch) / 1e9
 
 
 def peaks() -> dict:

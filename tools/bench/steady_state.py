@@ -37,16 +37,9 @@ def seconds_per_step_after_first(first_step_unix_time: float, last_step_unix_tim
 
 
 def median_of_runs(runs: list) -> dict:
-    """Each numeric figure's median over repeated runs (a per-rank list, rank by rank);
-    text and flags are left out."""
-    medians = {}
-    for key, value in runs[0].items():
-        if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-            medians[key] = [statistics.median(per_rank)
-                            for per_rank in zip(*(run[key] for run in runs))]
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            medians[key] = statistics.median(run[key] for run in runs)
-    return medians
+    """Each numeric figure's median over repeated runs; text, lists and flags are left out."""
+    return {key: statistics.median(run[key] for run in runs) for key, value in runs[0].items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def ratios(numerators: dict, denominators: dict) -> dict:
