@@ -9,8 +9,8 @@ import os
 import pytest
 
 from conftest import horovodrun
-from tools.bench import (__main__ as bench, launch, limit, machine, steady_state, tables,
-                         training_paths)
+from tools.bench import (__main__ as bench, flops, launch, limit, machine, steady_state,
+                         tables, training_paths)
 
 
 @pytest.mark.parametrize("windows, expected", [
@@ -68,6 +68,36 @@ def test_each_recipe_runs_in_each_precision_on_the_custom_loop_and_the_seed_on_f
         "fast_custom": ["--mode=custom", "--recipe=fast", "--precision=float32"],
         "fast_custom_mixed_bfloat16": ["--mode=custom", "--recipe=fast",
                                        "--precision=mixed_bfloat16"]}
+
+
+def test_training_costs_forward_plus_both_gradients_except_the_images_gradient():
+    from hvd_mnist.training import model as model_lib
+    cost = flops.training_flops_per_image(model_lib.build_model())
+    conv1, conv2, dense1, dense2 = cost["per_layer_forward"].values()
+    assert conv1 == 2 * 26 * 26 * 32 * 3 * 3 * 1
+    assert conv2 == 2 * 24 * 24 * 64 * 3 * 3 * 32
+    assert (dense1, dense2) == (2 * 12 * 12 * 64 * 128, 2 * 128 * 10)
+    assert cost["forward"] == conv1 + conv2 + dense1 + dense2
+    assert cost["training"] == 3 * cost["forward"] - conv1
+
+
+def test_the_forward_count_agrees_with_tensorflows_profiler_within_one_percent():
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+    from hvd_mnist.data import mnist
+    from hvd_mnist.training import model as model_lib
+    model = model_lib.build_model()
+    forward = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec([1, *mnist.IMAGE_SHAPE], tf.float32))
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    profiled = tf.compat.v1.profiler.profile(
+        graph=convert_variables_to_constants_v2(forward).graph,
+        run_meta=tf.compat.v1.RunMetadata(), cmd="op", options=options).total_float_ops
+    # The profiler also counts bias adds, activations and pooling, which flops.py leaves out.
+    counted = flops.training_flops_per_image(model)["forward"]
+    assert counted <= profiled <= 1.01 * counted
 
 
 def test_a_precision_far_slower_than_float32_is_not_run_under_horovod():
@@ -150,3 +180,17 @@ def test_horovods_example_trains_on_the_prepared_data_and_reports_every_rank(tin
         assert report["size"] == 2 and len(report["step_unix_times"]) == 21
         assert report["peak_rss_mib"] > 100
     assert list(tmp_path.glob("checkpoints-1.index"))  # rank 0's checkpoint at the end
+
+
+def test_the_report_and_the_time_to_accuracy_curves_are_written(tmp_path):
+    curve = [(30.0, 0.9871), (60.0, 0.9904)]
+    results = {"machine": "2 cores", "date": "today", "parts": ["accuracy"], "bench_seconds": 1.0,
+               "time_to_accuracy": {"fast_custom": {"training_seconds": 60.0, "epoch": 2,
+                                                    "curve": curve, "over_seed_custom": None}}}
+    bench.write_reports(str(tmp_path / "bench_accuracy.json"), results)
+    assert json.loads((tmp_path / "bench_accuracy.json").read_text()) == json.loads(
+        json.dumps(results))
+    assert "| fast_custom | 60.0 | – | 2 | 98.71%, 99.04% |" in (
+        tmp_path / "bench_accuracy.md").read_text()
+    png = tmp_path / "bench_accuracy_time_to_accuracy.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
