@@ -46,7 +46,7 @@ def test_positions_say_where_they_are():
 ])
 def test_every_n_steps_is_due_at_run_steps_n_2n_but_not_at_epoch_ends(every, due_at):
     due = [(epoch, step) for epoch in (1, 2, 3) for step in range(1, 6)
-           if position_lib.every_steps_due(epoch, step, steps_per_epoch=5, every=every)]
+           if preemption.every_steps_due(epoch, step, steps_per_epoch=5, every=every)]
     assert due == due_at
 
 

@@ -45,12 +45,3 @@ def after_step(epoch: int, step: int) -> Position:
     """The position once step `step` (from 1) of epoch `epoch` (from 1) is done."""
     return Position(epoch - 1, step)
 
-
-def every_steps_due(epoch: int, step: int, steps_per_epoch: int, every: int) -> bool:
-    """--checkpoint_every_steps: a mid-epoch checkpoint after run steps every, 2 x every, ...
-
-    Counted over the run, not the epoch, so a resumed run keeps the same rhythm. Not
-    after an epoch's last step: its epoch checkpoint follows there anyway.
-    """
-    run_step = (epoch - 1) * steps_per_epoch + step
-    return every > 0 and run_step % every == 0 and step < steps_per_epoch

@@ -95,6 +95,16 @@ class Decision(typing.NamedTuple):
     stop: bool = False  # then leave (Stopped)
 
 
+def every_steps_due(epoch: int, step: int, steps_per_epoch: int, every: int) -> bool:
+    """--checkpoint_every_steps: a mid-epoch checkpoint after run steps every, 2 x every, ...
+
+    Counted over the run, not the epoch, so a resumed run keeps the same rhythm. Not
+    after an epoch's last step: its epoch checkpoint follows there anyway.
+    """
+    run_step = (epoch - 1) * steps_per_epoch + step
+    return every > 0 and run_step % every == 0 and step < steps_per_epoch
+
+
 class StepControl:
     """This rank's requests into each step, and what all ranks decide after it.
 
@@ -152,7 +162,7 @@ class StepControl:
     def _decide(self, epoch: int, step: int) -> Decision:
         if step % self._passes:
             return Decision()
-        due = position_lib.every_steps_due(epoch, step, self._steps, self._every)
+        due = every_steps_due(epoch, step, self._steps, self._every)
         decision = Decision(save=self._pending[CHECKPOINT] or self._pending[STOP] or due,
                             stop=self._pending[STOP])
         self._pending = [False, False]
