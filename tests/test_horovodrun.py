@@ -157,7 +157,7 @@ def test_damaged_record_file_of_one_rank_stops_every_rank_under_files_input(
     assert not changed
 
 
-# fit's stop is the same records.end_epoch decision; its job runs in make test-long.
+# fit's stop is the same hooks.RunHooks.end_epoch decision; its job runs in make test-long.
 @pytest.mark.parametrize("mode", ["custom", pytest.param("keras", marks=pytest.mark.long)])
 def test_target_accuracy_stops_training_early(tiny_data_dir, tmp_path, mode):
     result = horovodrun(2, trainer_command(

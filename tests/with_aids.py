@@ -193,9 +193,9 @@ def example_log(directory):
     of the weights), steps (the examples this rank trains) and commits inside an epoch."""
     import horovod.tensorflow as hvd
     from hvd_mnist.data import resharding
-    from hvd_mnist.training import elastic, elastic_state, loop
+    from hvd_mnist.training import elastic, elastic_state
     log = ExampleLog(directory)
-    run = {}  # this process's TrainingState, and the batches of the epoch's rest
+    run = {}  # the batches of the epoch's rest
 
     def where(state):
         return {"rank": hvd.rank(), "size": hvd.size(), "epoch": state.epoch}
@@ -203,7 +203,6 @@ def example_log(directory):
     train = elastic._train
 
     def logged_train(state, *args):
-        run["state"] = state
         # The host too: the driver's first rank order is not the hosts file's (it orders
         # hosts as a Python set does), so a test removing a worker's host must look it up.
         log.write(start=state.starts + 1, **where(state),
@@ -215,21 +214,15 @@ def example_log(directory):
 
     def remembered_rest_of_epoch(*args, **kwargs):
         run["batches"], step_examples = rest_of_epoch(*args, **kwargs)
-        run["steps"] = 0
         return run["batches"], step_examples
 
-    train_epoch = loop.train_epoch
+    after_step = elastic.Commits.after_step
 
-    def logged_train_epoch(*args, after_step=None, **kwargs):
-        def logged_after_step(step, loss):
-            state = run["state"]
-            log.write(step=state.starts, **where(state), position=state.position,
-                      examples=run["batches"][run["steps"]].tolist())
-            run["steps"] += 1
-            after_step(step, loss)
-
-        return train_epoch(*args, after_step=logged_after_step if after_step else None,
-                           **kwargs)
+    def logged_after_step(commits, epoch, step, agreed):
+        state = commits.state  # before the step's examples count as done
+        log.write(step=state.starts, **where(state), position=state.position,
+                  examples=run["batches"][step - commits.first_step].tolist())
+        return after_step(commits, epoch, step, agreed)
 
     commit = elastic_state.TrainingState.commit
 
@@ -240,7 +233,7 @@ def example_log(directory):
 
     elastic._train = logged_train
     resharding.rest_of_epoch = remembered_rest_of_epoch
-    loop.train_epoch = logged_train_epoch
+    elastic.Commits.after_step = logged_after_step
     elastic_state.TrainingState.commit = logged_commit
 
 

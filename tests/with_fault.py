@@ -38,7 +38,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 from tensorflow.python.checkpoint import checkpoint_management  # noqa: E402
 
 from hvd_mnist.outputs import checkpoint  # noqa: E402
-from hvd_mnist.training import elastic, loop, preemption, step as step_lib  # noqa: E402
+from hvd_mnist.training import elastic, hooks, preemption, step as step_lib  # noqa: E402
 
 
 def kill_self():
@@ -143,21 +143,22 @@ def kill_in_commit(rank, commit_number):
 
 
 def slow_until_size(size, milliseconds):
-    train_epoch = loop.train_epoch
-
-    def slow_train_epoch(*args, after_step=None, **kwargs):
+    def sleep():
         if hvd.size() != size:
-            time.sleep(milliseconds / 1000)  # before the first step
+            time.sleep(milliseconds / 1000)
 
-        def slow_after_step(step, loss):
-            if after_step:
-                after_step(step, loss)
-            if hvd.size() != size:
-                time.sleep(milliseconds / 1000)
+    start_epoch, step_done = hooks.RunHooks.start_epoch, hooks.RunHooks.step_done
 
-        return train_epoch(*args, after_step=slow_after_step, **kwargs)
+    def slow_start_epoch(run_hooks, epoch):
+        start_epoch(run_hooks, epoch)
+        sleep()  # before the first step
 
-    loop.train_epoch = slow_train_epoch
+    def slow_step_done(run_hooks, step, loss_sum):
+        step_done(run_hooks, step, loss_sum)
+        sleep()
+
+    hooks.RunHooks.start_epoch = slow_start_epoch
+    hooks.RunHooks.step_done = slow_step_done
 
 
 if __name__ == "__main__":

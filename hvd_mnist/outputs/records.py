@@ -1,8 +1,8 @@
 """The run's records: each epoch's results, the history of starts in config.json, and
 the summary, as the trainers print them and summary.json keeps them.
 
-Both paths and elastic training make their records here, so their files and
-lines are the same.
+Every trainer makes its records here, so their files and lines are the same; when to
+stop and when to save are training/'s decisions.
 """
 
 import dataclasses
@@ -16,7 +16,6 @@ import horovod.tensorflow as hvd
 from hvd_mnist import config as config_lib
 from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import files, timing
-from hvd_mnist.process import runtime
 
 
 def epoch_record(epoch: int, train_loss: float, test_metrics: dict, *, train_seconds: float,
@@ -29,19 +28,6 @@ def epoch_record(epoch: int, train_loss: float, test_metrics: dict, *, train_sec
     return {"epoch": epoch, "train_loss": train_loss, **test_metrics,
             "train_seconds": train_seconds,
             "images_per_second": images_trained / train_seconds}
-
-
-def end_epoch(config: config_lib.TrainConfig, record: dict, epochs: int) -> bool:
-    """Prints the epoch's line; True when --target_accuracy is reached and training stops.
-
-    Every rank gets the same answer: the accuracy in `record` is already reduced.
-    """
-    runtime.log(format_epoch(record, epochs))
-    if config.target_accuracy and record["test_accuracy"] >= config.target_accuracy:
-        runtime.log(f"reached --target_accuracy={config.target_accuracy:g} after epoch "
-                    f"{record['epoch']}")
-        return True
-    return False
 
 
 def record_start(config: config_lib.TrainConfig, num_workers: int,

@@ -7,8 +7,9 @@ workers; the survivors have restored the last commit, the state's sync hands
 rank 0's state to everyone (joining workers included), and `_train` starts
 again from there: the job re-sized for the new workers (job.resize: batch and
 learning rate as at start), and the rest of the epoch, examples
-[position, end), split over them (data/resharding.py). The steps, evaluation,
-progress, TensorBoard, checkpoints, records and export are the custom loop's.
+[position, end), split over them (data/resharding.py). The steps, evaluation and
+everything at an epoch's end are the custom trainer's (loop.Loop and its hooks); elastic
+adds the commits (`Commits`, the loop's control here) and the restarts around them.
 """
 
 import dataclasses
@@ -22,10 +23,11 @@ from horovod.common.exceptions import HorovodInternalError
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import resharding, splits
 from hvd_mnist.errors import UserFacingError
-from hvd_mnist.outputs import (checkpoint, ownership, progress, records, run_identity,
-                               tensorboard_log, timing)
+from hvd_mnist.outputs import (checkpoint, ownership, records, run_identity, tensorboard_log,
+                               timing)
 from hvd_mnist.process import keras_compat, runtime
-from hvd_mnist.training import job as job_lib, loop, model as model_lib, step as step_lib
+from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, loop, preemption,
+                                step as step_lib)
 from hvd_mnist.training.elastic_state import TrainingState
 
 
@@ -82,6 +84,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         epoch=1, first_epoch=1, position=0, epoch_examples=0, loss_sum=0.0,
         steps_in_epoch=0, epoch_seconds=0.0, train_steps=0, images_trained=0, starts=0,
         finished=False, history=(), owner_job="")
+    # Horovod: on a reset, restore the last commit, re-form with the workers left, sync, rerun.
     return hvd.elastic.run(_reporting_lost_peers(_train))(state, run)
 
 
@@ -126,7 +129,7 @@ def _prepare_on_chief(run: _Run, owner_job: str, first_sync: bool) -> dict:
     restored = store.restore_latest() if config.resume else checkpoint.Restored(0)
     records.record_start(config, hvd.size(),
                          resumed_after_epoch=restored.epoch if config.resume else None)
-    loop.log_resume(config, restored, store)
+    loop.log_resume(config.resume, restored, store)
     progress = {"epoch": restored.epoch + 1, "first_epoch": restored.epoch + 1,
                 "owner_job": owner_job}
     if restored.steps_done:  # a mid-epoch checkpoint of the custom loop: its rest of the epoch
@@ -146,30 +149,27 @@ def _train(state: TrainingState, run: _Run) -> dict:
     run.optimizer.learning_rate = batching.learning_rate
     run.clock.images_per_step = batching.global_batch_size
     store = _store(run, job)  # in whichever process is rank 0 now
-    monitor = progress.monitor_for_run(
-        config, epochs=config.epochs, steps_per_epoch=job.steps_per_epoch,
-        images_per_step=batching.global_batch_size,
-        learning_rate=lambda: float(run.optimizer.learning_rate), board=run.board)
+    hooks = hooks_lib.for_run(config, run.model, run.optimizer, epochs=config.epochs,
+                              steps_per_epoch=job.steps_per_epoch, batching=batching,
+                              rank=topology.rank, clock=run.clock, board=run.board,
+                              # Horovod: rank 0 alone writes checkpoints.
+                              save=lambda epoch: runtime.on_chief(lambda: store.save(epoch)))
+    run_loop = loop.Loop(run.train_step, run.eval_step,
+                         job.source.eval_batches(batching.per_rank_batch_size), hooks)
     state.starts += 1
     state.save()  # so a later restore cannot bring back an earlier start's number
     runtime.log(f"elastic: start {state.starts} on {topology.size} worker(s) at epoch "
                 f"{state.epoch}, example {state.position} of {state.epoch_examples or 'its'} "
                 f"epoch: {batching.per_rank_batch_size} per worker, {config.optimizer} "
                 f"learning rate {batching.learning_rate:g}")
-    eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
 
     while state.epoch <= config.epochs and not state.finished:
-        _train_rest_of_epoch(state, run, job, monitor)
-        record = records.epoch_record(
+        _train_rest_of_epoch(state, run, job, run_loop)
+        record, state.finished = run_loop.end_epoch(
             state.epoch, state.loss_sum / state.steps_in_epoch,
-            step_lib.evaluate(run.eval_step, eval_batches), train_seconds=state.epoch_seconds,
-            images_trained=state.epoch_examples)
-        monitor.end_epoch(record)
-        epoch = state.epoch
-        runtime.on_chief(lambda: store.save(epoch))
-        state.finished = records.end_epoch(config, record, config.epochs)
+            train_seconds=state.epoch_seconds, images_trained=state.epoch_examples)
         state.history = state.history + (record,)
-        state.epoch, state.position, state.epoch_examples = epoch + 1, 0, 0
+        state.epoch, state.position, state.epoch_examples = state.epoch + 1, 0, 0
         state.loss_sum, state.steps_in_epoch, state.epoch_seconds = 0.0, 0, 0.0
         state.commit()
 
@@ -183,63 +183,65 @@ def _train(state: TrainingState, run: _Run) -> dict:
                             "commit_seconds": run.commit_seconds},
                    images_per_second=(state.images_trained / summary["train_seconds"]
                                       if summary["train_seconds"] else 0.0))
-    monitor.close()
+    hooks.close()
     job_lib.finish(config, summary, run.model, run.optimizer)
     return summary
 
 
 def _train_rest_of_epoch(state: TrainingState, run: _Run, job: job_lib.Job,
-                         monitor: progress.TrainingMonitor) -> None:
+                         run_loop: loop.Loop) -> None:
     """Trains examples [state.position, end of epoch) on the current workers, committing."""
-    config, topology, batching = run.config, job.topology, job.batching
-    epoch = state.epoch
+    topology, batching = job.topology, job.batching
     if state.epoch_examples == 0:  # a new epoch: its length follows the current size
         state.epoch_examples = job.steps_per_epoch * batching.global_batch_size
     train_split = job.source.train_split
-    order = splits.epoch_permutation(config.seed, epoch, len(train_split))
+    order = splits.epoch_permutation(run.config.seed, state.epoch, len(train_split))
     batches, step_examples = resharding.rest_of_epoch(
         order, state.position, state.epoch_examples, batching.per_rank_batch_size,
         topology.rank, topology.size)
     if not batches:
         return
-    # As loop.py at an epoch's start; a restart within the epoch draws masks from
-    # where it restarts (a run without resets is exactly a normal run).
-    seed_words = (config.seed, topology.rank, epoch) + ((state.position,) if state.position
-                                                         else ())
-    model_lib.reseed_dropout(run.model, seed_words)
-    pending = []  # (loss, where) of the steps since the last commit
-    mark = [time.perf_counter()]
+    epoch = hooks_lib.Epoch(state.epoch, state.steps_in_epoch + len(batches),
+                            first_step=state.steps_in_epoch + 1,
+                            steps_before=state.train_steps - state.steps_in_epoch,
+                            loss_before=state.loss_sum, restart_position=state.position)
+    run_loop.train(resharding.batches_dataset(train_split, batches,
+                                              batching.per_rank_batch_size, job.dtype),
+                   epoch, Commits(state, run, step_examples, epoch.first_step))
 
-    def commit():
-        for loss, where in pending:  # nothing non-finite is ever committed
-            step_lib.check_finite(float(loss), where)
-        now = time.perf_counter()
-        state.loss_sum += sum(float(loss) for loss, _ in pending)
-        state.steps_in_epoch += len(pending)
-        state.train_steps += len(pending)
-        state.epoch_seconds += now - mark[0]
-        mark[0] = now
-        pending.clear()
+
+class Commits:
+    """The loop's control in elastic training: the state committed every --commit_every
+    steps and after the epoch's last (the loop checks every loss before: nothing
+    non-finite is ever committed). No signal stops an elastic run mid-epoch."""
+    requests = None  # the step returns its loss only
+
+    def __init__(self, state: TrainingState, run: _Run, step_examples, first_step: int):
+        self.state, self.run = state, run
+        self.step_examples, self.first_step = step_examples, first_step
+        self._mark = time.perf_counter()
+
+    def before_step(self) -> None:
+        pass
+
+    def after_step(self, epoch: int, step: int, agreed) -> preemption.Decision:
+        state = self.state
+        examples = self.step_examples[step - self.first_step]
+        state.position += examples
+        state.images_trained += examples
+        due = (step - state.steps_in_epoch == self.run.config.commit_every
+               or state.position == state.epoch_examples)
+        return preemption.Decision(save=due)
+
+    def at_epoch_end(self, epoch: int) -> preemption.Decision:
+        return preemption.Decision()  # committed after the last step
+
+    def save(self, epoch: int, step: int, loss_sum: float, stop: bool) -> None:
+        state, now = self.state, time.perf_counter()
+        state.train_steps += step - state.steps_in_epoch
+        state.steps_in_epoch, state.loss_sum = step, loss_sum
+        state.epoch_seconds += now - self._mark
+        self._mark = now
         state.commit()
-        run.commits += 1
-        run.commit_seconds += time.perf_counter() - now
-
-    def after_step(step, loss):
-        index = step - first_step
-        state.position += step_examples[index]
-        state.images_trained += step_examples[index]
-        pending.append((loss, f"step {state.train_steps + len(pending) + 1} (epoch {epoch}, "
-                              f"step {state.steps_in_epoch + len(pending) + 1})"))
-        if len(pending) == config.commit_every or state.position == state.epoch_examples:
-            commit()
-
-    first_step = state.steps_in_epoch + 1
-    epoch_steps = state.steps_in_epoch + len(batches)
-    run.clock.epoch_started()
-    monitor.start_epoch(epoch, steps=epoch_steps, done_steps=state.steps_in_epoch,
-                        steps_before=state.train_steps - state.steps_in_epoch)
-    loop.train_epoch(run.train_step,
-                     resharding.batches_dataset(train_split, batches,
-                                                batching.per_rank_batch_size, job.dtype),
-                     epoch=epoch, steps=epoch_steps, first_step=first_step, clock=run.clock,
-                     monitor=monitor, after_step=after_step)
+        self.run.commits += 1
+        self.run.commit_seconds += time.perf_counter() - now

@@ -1,8 +1,9 @@
 """The baseline: Horovod's Keras MNIST example in TF2 form (`--mode=keras`).
 
 Horovod's DistributedOptimizer (around Adadelta(1.0 x size) by default), its
-BroadcastGlobalVariablesCallback(0) and MetricAverageCallback(), ModelCheckpoint and
-verbose output on rank 0 only, on Keras 2 and Keras 3 alike. It
+BroadcastGlobalVariablesCallback(0) and MetricAverageCallback(), a model file per epoch
+and verbose output on rank 0 only, on Keras 2 and Keras 3 alike; the custom loop's hooks
+(hooks.py) at fit's points do the rest. It
 reads the same sharded batches, in the same order, as the custom loop, which is what
 lets the parity tests compare the two weight for weight. `--keras_literal` reproduces
 the example exactly instead: every worker reads the whole training set in its own
@@ -22,42 +23,34 @@ import tensorflow as tf
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import splits
-from hvd_mnist.outputs import files, progress, records, timing
+from hvd_mnist.outputs import files, records
 from hvd_mnist.process import keras_compat, runtime
-from hvd_mnist.training import communication, job as job_lib, model as model_lib, precision
+from hvd_mnist.training import (communication, hooks as hooks_lib, job as job_lib,
+                                model as model_lib, precision)
 
 
-class EpochBookkeeping(tf.keras.callbacks.Callback):
-    """What the custom loop does around its steps, done around fit()'s.
+class RunHooksCallback(tf.keras.callbacks.Callback):
+    """The loop's hooks (hooks.RunHooks: dropout's streams, clock, progress, TensorBoard,
+    the epoch's line and save, the --target_accuracy stop) at fit's points, and each
+    epoch's record. Must come after Horovod's MetricAverageCallback, so the val_* values it
+    reads are already averaged over ranks."""
 
-    Restarts dropout's random streams from (seed, rank, epoch), times steps,
-    records and prints per-epoch results in the custom loop's format, feeds
-    the run's TrainingMonitor (lines and TensorBoard; fit draws its own bar),
-    and stops at --target_accuracy. Must come after Horovod's MetricAverageCallback,
-    so the val_* values it reads are already averaged over ranks.
-    """
-
-    def __init__(self, config: config_lib.TrainConfig, job: job_lib.Job, epochs: int,
-                 monitor: progress.TrainingMonitor):
+    def __init__(self, hooks: hooks_lib.RunHooks, job: job_lib.Job):
         super().__init__()
-        self.monitor = monitor
-        self.config, self.rank, self.epochs = config, job.topology.rank, epochs
+        self.hooks, self.steps = hooks, job.steps_per_epoch
         self.images_per_epoch = job.steps_per_epoch * job.batching.global_batch_size
         self.test_examples = job.source.num_test_examples
-        self.clock = timing.StepClock(job.batching.global_batch_size)
         self.history = []
 
     def on_epoch_begin(self, epoch, logs=None):
-        model_lib.reseed_dropout(self.model, (self.config.seed, self.rank, epoch + 1))
+        self.hooks.start_epoch(hooks_lib.Epoch(epoch + 1, self.steps))
         self._start = time.perf_counter()
-        self.clock.epoch_started()
-        self.monitor.start_epoch(epoch + 1)
 
     def on_train_batch_end(self, batch, logs=None):
-        self.clock.step_done()
-        # fit's "loss" is this rank's running mean over the epoch; the monitor
-        # asks for the sum only at --log_every points, where every rank is.
-        self.monitor.step_done(batch + 1, lambda: float(hvd.allreduce(
+        # fit's "loss" is this rank's running mean over the epoch; the monitor asks for
+        # the sum only at --log_every points, where every rank is.
+        # Horovod: the ranks' running means averaged, as the loop's step averages its loss.
+        self.hooks.step_done(batch + 1, lambda: float(hvd.allreduce(
             tf.constant(logs["loss"] * (batch + 1)), op=hvd.Average, name="keras_loss_sum")))
 
     def on_test_begin(self, logs=None):
@@ -72,28 +65,25 @@ class EpochBookkeeping(tf.keras.callbacks.Callback):
                                       train_seconds=self._train_seconds,
                                       images_trained=self.images_per_epoch)
         self.history.append(record)
-        self.monitor.end_epoch(record)
-        if records.end_epoch(self.config, record, self.epochs):
+        if self.hooks.end_epoch(record):
             self.model.stop_training = True
 
 
-class ChiefModelCheckpoint(tf.keras.callbacks.Callback):
-    """Keras's ModelCheckpoint on rank 0, as in Horovod's example, but a failed save
-    (disk full, permissions) stops every rank with one line instead of leaving the
-    others waiting in the next allreduce."""
+def save_on_chief(model, path_pattern: str):
+    """save(epoch): Keras's model file on rank 0, as Horovod's example's ModelCheckpoint,
+    but a failed save (disk full, permissions) stops every rank with one line instead of
+    leaving the others waiting in the next allreduce."""
 
-    def __init__(self, path_pattern: str):
-        super().__init__()
-        self.path_pattern = path_pattern
+    def save(epoch: int) -> None:
+        path = path_pattern.format(epoch=epoch)
 
-    def on_epoch_end(self, epoch, logs=None):
-        path = self.path_pattern.format(epoch=epoch + 1)
-
-        def save():
+        def write():
             with files.writing(path):
-                self.model.save(path)
+                model.save(path)
 
-        runtime.on_chief(save)
+        runtime.on_chief(write)  # Horovod: rank 0 alone writes checkpoints
+
+    return save
 
 
 def fit_verbosity(progress_mode: str) -> int:
@@ -178,23 +168,21 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                   jit_compile=False)
 
     batch = job.batching.per_rank_batch_size
-    monitor = progress.monitor_for_run(
-        config, epochs=epochs, steps_per_epoch=job.steps_per_epoch,
-        images_per_step=job.batching.global_batch_size,
-        learning_rate=lambda: float(optimizer.learning_rate),
-        draw_bar=False)
-    bookkeeping = EpochBookkeeping(config, job, epochs, monitor)
+    hooks = hooks_lib.for_run(
+        config, model, optimizer, epochs=epochs, steps_per_epoch=job.steps_per_epoch,
+        batching=job.batching, rank=job.topology.rank, draw_bar=False,
+        save=save_on_chief(model, os.path.join(
+            config.model_dir, "checkpoint-{epoch}" + keras_compat.model_file_suffix())))
+    run_hooks = RunHooksCallback(hooks, job)
     callbacks = [
         # Horovod: rank 0's weights and optimizer state on every rank after the first
-        # batch; each rank keeps its own dropout stream (EpochBookkeeping reseeds it).
+        # batch; each rank keeps its own dropout stream (RunHooks reseeds it).
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(
             0, local_variables=keras_compat.dropout_streams(model)),
         # Horovod: each epoch's metrics averaged over ranks, before anything reads them.
         hvd_keras.callbacks.MetricAverageCallback(),
-        bookkeeping,
+        run_hooks,
     ]
-    callbacks.append(ChiefModelCheckpoint(os.path.join(
-        config.model_dir, "checkpoint-{epoch}" + keras_compat.model_file_suffix())))
     runtime.on_chief(lambda: records.record_start(config, size, resumed_after_epoch=None))
     runtime.log(f"keras fit on {size} worker(s): {job.steps_per_epoch} steps/epoch of "
                 f"{batch} images per worker, {epochs} epochs"
@@ -204,11 +192,11 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     model.fit(train_batches(config, job, epochs), epochs=epochs, shuffle=False,
               steps_per_epoch=job.steps_per_epoch,
               validation_data=validation_batches(config, job), callbacks=callbacks,
-              verbose=fit_verbosity(monitor.mode) if runtime.is_chief() else 0)
+              verbose=fit_verbosity(hooks.monitor.mode) if runtime.is_chief() else 0)
 
-    summary = records.summarize(job, bookkeeping.history, first_epoch=1,
+    summary = records.summarize(job, run_hooks.history, first_epoch=1,
                                 wall_seconds=time.perf_counter() - wall_start,
-                                clock=bookkeeping.clock, mode="keras")
-    monitor.close()
+                                clock=hooks.clock, mode="keras")
+    hooks.close()
     job_lib.finish(config, summary, model, optimizer)
     return summary

@@ -1,9 +1,12 @@
-"""The custom training loop: epochs of `step.make_train_step`, evaluation, checkpoints.
+"""The loop: one epoch's steps, then its evaluation and end, for the custom and the elastic
+trainer; and the custom trainer's run (`train_and_evaluate`).
 
-`train_epoch` runs one epoch's steps and checks their loss; `train_and_evaluate`
-is the run: start (job.py), rank 0's state on every rank before step 1, the
-epochs, and what the run leaves (job.finish). elastic.py runs the same
-`train_epoch` under hvd.elastic.run.
+`Loop.train` runs steps and checks their loss; around each step it calls the run's
+`control` (preemption.StepControl: stop or checkpoint at a step all ranks agree on;
+elastic.py's commits) and its hooks (hooks.py). `Loop.end_epoch` evaluates and ends the
+epoch. The run: start (job.py), rank 0's state on every rank before step 1, the epochs,
+and what the run leaves (job.finish). elastic.py runs the same `Loop` under
+hvd.elastic.run.
 """
 
 import time
@@ -12,51 +15,59 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_mnist import config as config_lib
-from hvd_mnist.outputs import checkpoint, progress, records, run_identity, timing
+from hvd_mnist.outputs import checkpoint, records, run_identity
 from hvd_mnist.process import keras_compat, runtime
-from hvd_mnist.training import (job as job_lib, model as model_lib, preemption,
-                                step as step_lib)
+from hvd_mnist.training import hooks as hooks_lib, job as job_lib, preemption, step as step_lib
 
-def train_epoch(train_step, batches, *, epoch: int, steps: int, clock: timing.StepClock,
-                monitor: progress.TrainingMonitor, first_step: int = 1,
-                loss_before: float = 0.0, after_step=None, control=None) -> float:
-    """The epoch's steps `first_step`..`steps` over `batches`; returns the epoch's mean
-    loss (`loss_before`: the sum of the losses of the steps before `first_step`), every
-    loss checked finite.
 
-    `monitor` shows progress and, every --log_every steps, logs to TensorBoard;
-    `after_step(step, loss)`, if given, runs after each step (elastic.py commits
-    there, and starts an epoch again after a reset at a `first_step` > 1).
-    `control` (preemption.StepControl), if given: the step also returns the ranks' agreed
-    requests, and after the steps they decide on, a mid-epoch checkpoint or a stop.
-    """
-    loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
-    finite_check = step_lib.DeferredLossCheck()
+class Loop:
+    """The steps and epoch ends of one run (or elastic start)."""
 
-    def act(decision, step):
-        if decision.save:
-            finite_check.flush()  # nothing non-finite is ever saved
-            control.save(epoch, step, loss_before + float(loss_total), decision.stop)
+    def __init__(self, train_step, eval_step, eval_batches, hooks: hooks_lib.RunHooks):
+        self.train_step, self.eval_step, self.eval_batches = train_step, eval_step, eval_batches
+        self.hooks = hooks
 
-    for step, (images, labels) in enumerate(batches, start=first_step):
-        run_step = (epoch - 1) * steps + step
-        if control:
+    def train(self, batches, epoch: hooks_lib.Epoch, control) -> float:
+        """Steps `epoch.first_step`..`epoch.steps` over `batches`; returns the epoch's mean
+        loss, every loss checked finite.
+
+        `control` before each step and after it decides whether to save (flushing the loss
+        check first: nothing non-finite is ever saved) and whether to stop; with
+        `control.requests`, the step carries them and returns (loss, agreed requests).
+        """
+        loss_total = 0.0  # becomes a tensor at the first step: summed on the device, read once
+        finite_check = step_lib.DeferredLossCheck()
+
+        def act(decision, step):
+            if decision.save:
+                finite_check.flush()
+                control.save(epoch.number, step, epoch.loss_before + float(loss_total),
+                             decision.stop)
+
+        self.hooks.start_epoch(epoch)
+        for step, (images, labels) in enumerate(batches, start=epoch.first_step):
             control.before_step()
-            loss, agreed = train_step(images, labels)
-        else:
-            loss = train_step(images, labels)
-        clock.step_done()
-        finite_check.push(loss, f"step {run_step} (epoch {epoch}, step {step} of {steps})")
-        loss_total += loss
-        monitor.step_done(step, lambda: float(loss_total))
-        if after_step:
-            after_step(step, loss)
-        if control:
-            act(control.after_step(epoch, step, agreed), step)
-    finite_check.flush()  # before any checkpoint of this epoch
-    if control:
-        act(control.at_epoch_end(epoch), steps)
-    return (loss_before + float(loss_total)) / steps
+            if control.requests is None:
+                loss, agreed = self.train_step(images, labels), None
+            else:
+                loss, agreed = self.train_step(images, labels)
+            finite_check.push(loss, f"step {epoch.run_steps_before + step} (epoch "
+                                    f"{epoch.number}, step {step} of {epoch.steps})")
+            loss_total += loss
+            self.hooks.step_done(step, lambda: float(loss_total))
+            act(control.after_step(epoch.number, step, agreed), step)
+        finite_check.flush()  # before any checkpoint of this epoch
+        act(control.at_epoch_end(epoch.number), epoch.steps)
+        return (epoch.loss_before + float(loss_total)) / epoch.steps
+
+    def end_epoch(self, epoch: int, train_loss: float, *, train_seconds: float,
+                  images_trained: int) -> tuple[dict, bool]:
+        """The epoch evaluated and ended (hooks.RunHooks.end_epoch); returns its record and
+        whether the run stops here."""
+        record = records.epoch_record(
+            epoch, train_loss, step_lib.evaluate(self.eval_step, self.eval_batches),
+            train_seconds=train_seconds, images_trained=images_trained)
+        return record, self.hooks.end_epoch(record)
 
 
 def restore_and_broadcast(config: config_lib.TrainConfig, store: checkpoint.CheckpointStore,
@@ -71,16 +82,17 @@ def restore_and_broadcast(config: config_lib.TrainConfig, store: checkpoint.Chec
     """
     restored = runtime.on_chief(
         lambda: store.restore_latest() if config.resume else checkpoint.Restored(0))
+    # Horovod: rank 0's weights and optimizer state (slots, step count) on every rank.
     hvd.broadcast_variables(keras_compat.state_variables(model, optimizer), root_rank=0)
     runtime.on_chief(lambda: records.record_start(
         config, hvd.size(), resumed_after_epoch=restored.epoch if config.resume else None))
-    log_resume(config, restored, store)
+    log_resume(config.resume, restored, store)
     return restored
 
 
-def log_resume(config: config_lib.TrainConfig, restored: checkpoint.Restored,
+def log_resume(resume: bool, restored: checkpoint.Restored,
                store: checkpoint.CheckpointStore) -> None:
-    if config.resume:
+    if resume:
         where = (f"at step {restored.steps_done + 1} of epoch {restored.epoch + 1}"
                  if restored.steps_done else f"after epoch {restored.epoch}")
         runtime.log(f"resuming {where} from {restored.path}" if restored.path else
@@ -121,54 +133,52 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
     restored = restore_and_broadcast(config, store, model, optimizer)
     start = restored.position
 
-    control = preemption.control_for_run(config, steps, store, signals)
-    train_step = step_lib.train_step_for(config, model, optimizer, control.requests)
-    eval_step = step_lib.make_eval_step(model)
-    eval_batches = job.source.eval_batches(batching.per_rank_batch_size)
+    control = preemption.control_for_run(
+        store, signals, steps_per_epoch=steps, every_steps=config.checkpoint_every_steps,
+        every_minutes=config.checkpoint_every_minutes,
+        passes_per_update=config.backward_passes_per_step)
+
+    def save(epoch):
+        runtime.on_chief(lambda: store.save(epoch))  # Horovod: rank 0 alone writes checkpoints
+        control.checkpoint_written()
+
+    hooks = hooks_lib.for_run(config, model, optimizer, epochs=config.epochs,
+                              steps_per_epoch=steps, batching=batching, rank=topology.rank,
+                              save=save)
+    loop = Loop(step_lib.train_step_for(config, model, optimizer, control.requests),
+                step_lib.make_eval_step(model),
+                job.source.eval_batches(batching.per_rank_batch_size), hooks)
     runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "
                 f"{batching.global_batch_size} images ({batching.per_rank_batch_size} per "
                 f"worker), {config.optimizer} learning rate {batching.learning_rate:g}, "
                 f"epochs {start.first_epoch}..{config.epochs}")
 
-    history, clock = [], timing.StepClock(batching.global_batch_size)
-    monitor = progress.monitor_for_run(config, epochs=config.epochs, steps_per_epoch=steps,
-                                       images_per_step=batching.global_batch_size,
-                                       learning_rate=lambda: float(optimizer.learning_rate))
-    for epoch in range(start.first_epoch, config.epochs + 1):
-        first_step = start.first_step if epoch == start.first_epoch else 1
-        # Masks differ per rank, as they would on separate machines, and depend
-        # only on (seed, rank, epoch, step), so a resumed run draws the same ones.
-        model_lib.reseed_dropout(model, (config.seed, topology.rank, epoch), first_step - 1,
-                                 batching.per_rank_batch_size)
-        batches = job.source.train_batches(seed=config.seed, epoch=epoch, steps=steps,
+    history = []
+    for number in range(start.first_epoch, config.epochs + 1):
+        resumed = number == start.first_epoch
+        epoch = hooks_lib.Epoch(number, steps, first_step=start.first_step if resumed else 1,
+                                loss_before=restored.loss_sum if resumed else 0.0)
+        batches = job.source.train_batches(seed=config.seed, epoch=number, steps=steps,
                                            per_rank_batch_size=batching.per_rank_batch_size,
-                                           first_step=first_step)
+                                           first_step=epoch.first_step)
         epoch_start = time.perf_counter()
-        clock.epoch_started()
-        monitor.start_epoch(epoch, done_steps=first_step - 1)
         try:
-            train_loss = train_epoch(
-                train_step, batches, epoch=epoch, steps=steps, clock=clock, monitor=monitor,
-                first_step=first_step, control=control,
-                loss_before=restored.loss_sum if epoch == start.first_epoch else 0.0)
+            train_loss = loop.train(batches, epoch, control)
         except preemption.Stopped:
-            monitor.close()
+            hooks.close()
             raise
-        record = records.epoch_record(
-            epoch, train_loss, step_lib.evaluate(eval_step, eval_batches),
-            train_seconds=time.perf_counter() - epoch_start,
-            images_trained=(steps - first_step + 1) * batching.global_batch_size)
+        record, stop = loop.end_epoch(
+            number, train_loss, train_seconds=time.perf_counter() - epoch_start,
+            images_trained=(steps - epoch.first_step + 1) * batching.global_batch_size)
         history.append(record)
-        monitor.end_epoch(record)
-        runtime.on_chief(lambda: store.save(epoch))
-        control.checkpoint_written()
-        if records.end_epoch(config, record, config.epochs):
+        if stop:
             break
 
     summary = records.summarize(job, history, first_epoch=start.first_epoch,
-                                wall_seconds=time.perf_counter() - wall_start, clock=clock,
-                                steps_done_before=start.steps_done, mode="custom",
-                                train_step_traces=train_step.experimental_get_tracing_count())
-    monitor.close()
+                                wall_seconds=time.perf_counter() - wall_start,
+                                clock=hooks.clock, steps_done_before=start.steps_done,
+                                mode="custom",
+                                train_step_traces=loop.train_step.experimental_get_tracing_count())
+    hooks.close()
     job_lib.finish(config, summary, model, optimizer)
     return summary

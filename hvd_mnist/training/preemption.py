@@ -169,8 +169,10 @@ class StepControl:
         return decision
 
 
-def control_for_run(config, steps_per_epoch: int, store, signals: StopSignals) -> StepControl:
-    """The custom loop's StepControl: rank 0 saves into `store` (checkpoint.CheckpointStore)."""
+def control_for_run(store, signals: StopSignals, *, steps_per_epoch: int, every_steps: int,
+                    every_minutes: float, passes_per_update: int) -> StepControl:
+    """The custom loop's StepControl: rank 0 saves into `store` (checkpoint.CheckpointStore);
+    `every_steps`, `every_minutes`: --checkpoint_every_*."""
     import tensorflow as tf
 
     from hvd_mnist.process import runtime
@@ -187,7 +189,7 @@ def control_for_run(config, steps_per_epoch: int, store, signals: StopSignals) -
 
     control = StepControl(
         tf.Variable([0.0, 0.0], trainable=False, name="requests"), signals,
-        MinutesTrigger(config.checkpoint_every_minutes), is_chief=runtime.is_chief(),
-        steps_per_epoch=steps_per_epoch, every_steps=config.checkpoint_every_steps,
-        passes_per_update=config.backward_passes_per_step, save=save)
+        MinutesTrigger(every_minutes), is_chief=runtime.is_chief(),
+        steps_per_epoch=steps_per_epoch, every_steps=every_steps,
+        passes_per_update=passes_per_update, save=save)
     return control
