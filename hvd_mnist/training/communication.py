@@ -16,6 +16,7 @@ from hvd_mnist import config as config_lib
 def compression(config: config_lib.TrainConfig):
     """How gradients cross the network: float32 as they are (in every --precision, see
     precision.py), or float16 with --fp16_allreduce."""
+    # Horovod: its compression casts to float16 before the allreduce and back after.
     return hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
 
 
@@ -27,8 +28,10 @@ def average_loss(loss, requests=None):
     two more numbers in it cost nothing measurable (docs/reliability.md).
     """
     if requests is None:
+        # Horovod: the loss averaged over ranks, so every rank takes the same decision on it.
         return hvd.allreduce(loss, op=hvd.Average, name="train_loss")
     both = tf.concat([tf.reshape(loss, [1]), tf.cast(requests, loss.dtype)], axis=0)
+    # Horovod: the loss and every rank's requests, averaged in one allreduce.
     averaged = hvd.allreduce(both, op=hvd.Average, name="train_loss")
     return averaged[0], averaged[1:]
 
@@ -45,6 +48,7 @@ def make_accumulating_train_step(model, optimizer, loss_fn, passes: int, compres
     batches_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def allreduce_and_apply():
+        # Horovod: the K batches' mean gradients averaged over ranks, in one grouped allreduce.
         gradients = hvd.grouped_allreduce([a.read_value() for a in accumulated], op=hvd.Average,
                                           compression=compression_)
         optimizer.apply_gradients(zip(gradients, variables))

@@ -10,6 +10,7 @@ import horovod.tensorflow as hvd
 from hvd_mnist.process import runtime
 
 
+# Horovod: an ObjectState is what hvd.elastic.run commits, restores on a reset and syncs.
 class TrainingState(hvd.elastic.ObjectState):
     """What a reset restores and a (re)start broadcasts: the variables, and progress as
     plain Python values (immutable ones: ObjectState keeps references, not copies)."""
@@ -42,6 +43,7 @@ class TrainingState(hvd.elastic.ObjectState):
         first_sync = not self._synced_before
         for name, value in runtime.on_chief(lambda: self._chief_prepare(first_sync)).items():
             setattr(self, name, value)
+        # Horovod: rank 0's weights and optimizer state on every worker, joining ones too.
         hvd.broadcast_variables(self._variables, root_rank=0)
         hvd.elastic.ObjectState.save(self)  # rank 0's progress, with its updates, is broadcast
         super().sync()

@@ -55,8 +55,8 @@ def start_horovod(config: config_lib.TrainConfig) -> tuple[runtime.Topology, int
     """Horovod, this process's GPU and its thread pools; returns where it runs and its
     number of threads."""
     runtime.configure_determinism(config.deterministic)
-    topology = runtime.init_horovod()
-    runtime.configure_gpus(topology.local_rank)
+    topology = runtime.init_horovod()  # Horovod: hvd.init(), then where this rank runs
+    runtime.configure_gpus(topology.local_rank)  # Horovod: one GPU per process, by local rank
     threads = runtime.threads_per_rank(config.threads_per_rank, topology.local_size,
                                        runtime.available_cpus())
     runtime.configure_threads(threads)
@@ -96,7 +96,7 @@ def learning_rate(config: config_lib.TrainConfig, job: Job):
     The schedule reads the optimizer's step counter, which checkpoints keep, so
     a resumed run continues the schedule where it stopped.
     """
-    rate = job.batching.learning_rate
+    rate = job.batching.learning_rate  # Horovod: scaled with the workers (resolve_batching)
     if config.lr_schedule == "warmup_linear":
         rate = model_lib.WarmupLinearDecay(
             rate, warmup_steps=round(config.warmup_epochs * job.steps_per_epoch),

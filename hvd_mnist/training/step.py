@@ -84,6 +84,7 @@ def make_eval_step(model):
 
 def sum_across_ranks(values) -> np.ndarray:
     """Element-wise sum over all ranks, in float64 so counts stay exact."""
+    # Horovod: the metric reduction, sums and counts over every rank's share of the test set.
     return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum,
                          name="metric_sums").numpy()
 
