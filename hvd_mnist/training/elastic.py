@@ -22,28 +22,12 @@ from horovod.common.exceptions import HorovodInternalError
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import resharding, splits
-from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import (checkpoint, ownership, records, run_identity, tensorboard_log,
                                timing)
 from hvd_mnist.process import keras_compat, runtime
 from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, loop, preemption,
                                 step as step_lib)
 from hvd_mnist.training.elastic_state import TrainingState
-
-
-def check_supported(config: config_lib.TrainConfig) -> None:
-    if config.input != "memory":
-        raise UserFacingError(
-            "--elastic needs --input=memory: resharding the rest of an epoch after a reset "
-            "picks examples by their position in the epoch's permutation")
-    if config.lr_schedule != "constant":
-        raise UserFacingError(
-            "--elastic needs --lr_schedule=constant: a schedule counts steps, and a resize "
-            "changes the number of steps per epoch (--recipe=fast sets warmup_linear)")
-    if config.backward_passes_per_step > 1:
-        raise UserFacingError(
-            "--elastic needs --backward_passes_per_step=1: a commit between the batches of "
-            "one update would leave their accumulated gradients out of the state")
 
 
 @dataclasses.dataclass
@@ -64,8 +48,10 @@ class _Run:
 
 
 def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
-    """Trains with the custom loop under hvd.elastic.run; returns the run's summary."""
-    check_supported(config)
+    """Trains with the custom loop under hvd.elastic.run; returns the run's summary.
+
+    config.py has refused what elastic training cannot do (its `--elastic` rules).
+    """
     wall_start = time.perf_counter()
     job = job_lib.start_process(config)
     tf.keras.utils.set_random_seed(config.seed)
@@ -145,7 +131,7 @@ def _train(state: TrainingState, run: _Run) -> dict:
     config = run.config
     job = job_lib.resize(config, run.job, runtime.topology())
     topology, batching = job.topology, job.batching
-    # The rate scales with the workers as at start (a constant rate: check_supported).
+    # The rate scales with the workers as at start (a constant rate: config.py's --elastic rules).
     run.optimizer.learning_rate = batching.learning_rate
     run.clock.images_per_step = batching.global_batch_size
     store = _store(run, job)  # in whichever process is rank 0 now
