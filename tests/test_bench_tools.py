@@ -190,7 +190,16 @@ def test_the_report_and_the_time_to_accuracy_curves_are_written(tmp_path):
     bench.write_reports(str(tmp_path / "bench_accuracy.json"), results)
     assert json.loads((tmp_path / "bench_accuracy.json").read_text()) == json.loads(
         json.dumps(results))
-    assert "| fast_custom | 60.0 | – | 2 | 98.71%, 99.04% |" in (
-        tmp_path / "bench_accuracy.md").read_text()
+    markdown = (tmp_path / "bench_accuracy.md").read_text()
+    assert "| fast_custom | 60.0 | – | 2 | 98.71%, 99.04% |" in markdown
+    assert markdown.startswith("`make bench` on 2 cores, today")  # no command recorded
     png = tmp_path / "bench_accuracy_time_to_accuracy.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_partial_report_names_the_command_that_made_it(tmp_path):
+    results = {"machine": "2 cores", "date": "today", "parts": ["torch"], "bench_seconds": 1.0,
+               "command": "python -m tools.bench --parts=torch --nps=2"}
+    bench.write_reports(str(tmp_path / "bench_torch.json"), results)
+    assert (tmp_path / "bench_torch.md").read_text().startswith(
+        "`python -m tools.bench --parts=torch --nps=2` on 2 cores, today")

@@ -20,6 +20,8 @@ of some parts only writes reports/bench_<parts>.json and .md instead.
 
 import json
 import os
+import shlex
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -82,7 +84,9 @@ def main(argv):
     # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of runs.
     torch_python = (torch_venv.ensure(os.path.abspath(args.torch_venv))
                     if "torch" in args.parts else None)
-    results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts}
+    # The command as given: a partial run's report says which parts, -np and repeats it had.
+    results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
+               "command": shlex.join(["python", "-m", "tools.bench", *sys.argv[1:]])}
     if "paths" in args.parts:
         training_paths.measure(results, nps, args.throughput_steps, args.data_dir,
                                args.out_dir)
@@ -108,7 +112,7 @@ def write_reports(path: str, results: dict) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    sections = [f"`make bench` on {results['machine']}, {results['date']} "
+    sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, {results['date']} "
                 f"({results['bench_seconds']:.0f} s).", ""]
     if "throughput" in results:
         sections += [training_paths.table(results), ""]
