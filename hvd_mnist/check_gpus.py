@@ -5,7 +5,7 @@ and why; the exit status is 0 only when none failed and none was skipped. On a C
 host it reports the missing GPUs and still runs one training step on the CPU.
 """
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()
 
@@ -18,7 +18,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     quiet.after_flags()
-    from hvd_mnist.process import runtime
+    from hvd_mnist.worker import runtime
     outcomes = gpus.run_checks()
     for outcome in outcomes:
         runtime.log(outcome.line())

@@ -7,7 +7,7 @@ one line), then one call into the library: the trainer's train_and_evaluate.
 
 import sys
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 
@@ -16,7 +16,7 @@ from absl import app, flags  # noqa: E402
 from hvd_mnist import train_flags  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
-from hvd_mnist.process import keras_compat  # noqa: E402
+from hvd_mnist.worker import keras_compat  # noqa: E402
 from hvd_mnist.training import preemption  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def main(argv):
     except preemption.Stopped as e:  # raised by every rank after the same step
         print(f"hvd_mnist: {e}", file=sys.stderr, flush=True)
         ownership.release(config.model_dir)
-        from hvd_mnist.process import runtime
+        from hvd_mnist.worker import runtime
         runtime.leave_together()
         preemption.exit_at_once()
     except UserFacingError as e:
@@ -56,7 +56,7 @@ def failed(error: UserFacingError, model_dir: str = "") -> int:
         # would leave its name in model_dir as a run that died.
         ownership.release(model_dir)
     if isinstance(error, CollectiveError):  # found after Horovod started, by every rank
-        from hvd_mnist.process import runtime
+        from hvd_mnist.worker import runtime
         runtime.leave_together()
     return 1
 

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()
 

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import zipfile
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()  # no TensorFlow INFO lines; warnings stay
 

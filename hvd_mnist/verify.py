@@ -13,7 +13,7 @@ temporary directory that is removed afterwards.
 import os
 import sys
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()
 

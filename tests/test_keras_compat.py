@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.process import keras_compat
+from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import model as model_lib
 
 TF_KERAS_INSTALLED = importlib.util.find_spec("tf_keras") is not None

@@ -13,8 +13,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hvd_mnist"
 # An entry is a top-level module (name.py) or a sub-package (name/) of hvd_mnist.
 LAYERS = (
     ("errors", ("errors.py",)),
-    # __init__.py makes tf-keras tf.keras before anything loads TensorFlow: process set-up.
-    ("process", ("process/", "__init__.py")),
+    # __init__.py makes tf-keras tf.keras before anything loads TensorFlow: worker set-up.
+    ("worker", ("worker/", "__init__.py")),
     ("settings", ("config.py", "recipes.py")),
     ("data", ("data/",)),
     ("outputs", ("outputs/",)),
@@ -110,10 +110,10 @@ def test_every_exception_is_still_an_import():
 
 def test_an_upward_import_is_found_with_its_file_line_and_layers(tmp_path):
     package = tmp_path / "hvd_mnist"
-    for entry in ("process/", "data/", "training/"):
+    for entry in ("worker/", "data/", "training/"):
         (package / entry).mkdir(parents=True)
         (package / entry / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("from hvd_mnist.process import runtime\n")
+    (package / "__init__.py").write_text("from hvd_mnist.worker import runtime\n")
     (package / "training" / "model.py").write_text("from hvd_mnist.data import splits\n")
     (package / "data" / "inputs.py").write_text(
         "import os\n\n\ndef shape():\n    from hvd_mnist.training import model\n"

@@ -14,7 +14,7 @@ from hvd_mnist import config as config_lib
 from hvd_mnist.data import mnist, splits
 from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import checkpoint, export, run_identity
-from hvd_mnist.process import keras_compat
+from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import model as model_lib, precision
 
 PRECISIONS = config_lib.PRECISIONS

@@ -1,9 +1,9 @@
 """A quiet start: TensorFlow's native INFO lines are dropped, everything else on stderr is
-kept (hvd_mnist/process/quiet.py)."""
+kept (hvd_mnist/worker/quiet.py)."""
 
 import os
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 NATIVE_STDERR = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"

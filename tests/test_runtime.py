@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 
 
 class FakeTfConfig:

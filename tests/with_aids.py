@@ -158,7 +158,7 @@ def export_weights_dir(directory):
     compare ranks and runs, and its optimizer's step count and loss scale."""
     import horovod.tensorflow as hvd
     import numpy as np
-    from hvd_mnist.process import keras_compat
+    from hvd_mnist.worker import keras_compat
     from hvd_mnist.training import job as job_lib
     finish = job_lib.finish
 

@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.image_classification import mnist as tfds_mnist
 
 from hvd_mnist.data import idx
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 
 class LocalMnist(tfds_mnist.MNIST, skip_registration=True):

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvd_mnist.data import mnist, splits
 from hvd_mnist.outputs import files
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 
 DIRECTORY = "export"
 MARKER = "hvd_mnist_export.json"

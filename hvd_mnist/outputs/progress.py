@@ -25,7 +25,7 @@ import tqdm
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import tensorboard_log
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 
 # The bar asks for the loss (which waits for the step in flight) at most this often.
 BAR_REDRAW_SECONDS = 0.1

@@ -11,7 +11,7 @@ import json
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.errors import UserFacingError
-from hvd_mnist.process import keras_compat
+from hvd_mnist.worker import keras_compat
 
 # What the saved variables mean. Optimizer slots are saved as a list, so another
 # optimizer with slots of the same shapes would restore silently into the wrong ones.

@@ -18,7 +18,7 @@ import os
 import tensorflow as tf
 
 from hvd_mnist.outputs import files
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/images_per_second")
 EPOCH_TAGS = ("epoch/train_loss", "epoch/test_loss", "epoch/test_accuracy",

@@ -7,7 +7,7 @@ hands rank 0's state to every worker, joining ones included.
 
 import horovod.tensorflow as hvd
 
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 
 
 # Horovod: an ObjectState is what hvd.elastic.run commits, restores on a reset and syncs.

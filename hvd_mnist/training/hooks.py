@@ -11,7 +11,7 @@ import dataclasses
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import progress, records, timing
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 from hvd_mnist.training import model as model_lib
 
 

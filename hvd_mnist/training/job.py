@@ -13,7 +13,7 @@ import tensorflow as tf
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import inputs
 from hvd_mnist.outputs import export, files, ownership, records
-from hvd_mnist.process import runtime
+from hvd_mnist.worker import runtime
 from hvd_mnist.training import model as model_lib, precision
 
 

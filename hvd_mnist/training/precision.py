@@ -23,7 +23,7 @@ same step and halves the same scale. No extra collective is needed for the ranks
 import os
 
 from hvd_mnist import config as config_lib, errors
-from hvd_mnist.process import keras_compat
+from hvd_mnist.worker import keras_compat
 
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                   "mixed_float16": "float16", "float64": "float64"}

@@ -175,7 +175,7 @@ def control_for_run(store, signals: StopSignals, *, steps_per_epoch: int, every_
     `every_steps`, `every_minutes`: --checkpoint_every_*."""
     import tensorflow as tf
 
-    from hvd_mnist.process import runtime
+    from hvd_mnist.worker import runtime
 
     def save(epoch: int, step: int, loss_sum: float, stop: bool) -> None:
         where = position_lib.after_step(epoch, step)

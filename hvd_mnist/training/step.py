@@ -14,7 +14,7 @@ import tensorflow as tf
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import mnist
 from hvd_mnist.errors import CollectiveError
-from hvd_mnist.process import keras_compat
+from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import communication, model as model_lib
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)

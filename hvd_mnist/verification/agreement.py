@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from hvd_mnist.errors import short_reason
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 from hvd_mnist.verification import hosts as hosts_lib, launch
 
 TOLERANCE = 1e-9

@@ -111,7 +111,7 @@ def run_checks() -> list:
     instead of hanging the others."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
-    from hvd_mnist.process import runtime
+    from hvd_mnist.worker import runtime
 
     topology = runtime.init_horovod()
     gpus_on_host = len(tf.config.list_physical_devices("GPU"))

@@ -17,7 +17,7 @@ import socket
 import sys
 import tempfile
 
-from hvd_mnist.process import quiet
+from hvd_mnist.worker import quiet
 
 quiet.before_tensorflow()
 
@@ -56,7 +56,7 @@ def versions(problems: list) -> dict:
     try:
         with quiet.native_info_lines_dropped():
             import tensorflow as tf
-        from hvd_mnist.process import keras_compat
+        from hvd_mnist.worker import keras_compat
         found.update(tensorflow=tf.__version__, keras=keras_compat.keras_version())
     except Exception as e:  # a broken install is what this looks for
         problems.append(f"cannot import TensorFlow ({short_reason(e)})")

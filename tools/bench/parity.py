@@ -49,7 +49,7 @@ def verdict(results):
 
 def stack() -> str:
     """TensorFlow's and Keras's versions in this process, as the report names them."""
-    from hvd_mnist.process import keras_compat  # first: it chooses tf.keras
+    from hvd_mnist.worker import keras_compat  # first: it chooses tf.keras
     import tensorflow as tf
 
     return f"TensorFlow {tf.__version__}, Keras {keras_compat.keras_version()}"

@@ -88,7 +88,7 @@ class MnistCnn(nn.Module):
 
 
 def threads_per_rank(requested: int, local_size: int) -> int:
-    """hvd_mnist's rule (process/runtime.py): the cores shared by the host's ranks."""
+    """hvd_mnist's rule (worker/runtime.py): the cores shared by the host's ranks."""
     return requested or max(1, len(os.sched_getaffinity(0)) // local_size)
 
 
