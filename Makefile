@@ -132,7 +132,7 @@ test-repeat: $(SETUP_STAMP)
 
 # Both training paths on the full data at -np 2 (two full trainings), then reports/parity.md.
 parity: $(SETUP_STAMP) $(DATA_STAMP)
-	$(BIN)/python -m tools.bench.parity --np 2 --data_dir=$(DATA_DIR)
+	$(BIN)/python -m tools.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
 # and the same job in PyTorch DDP (making .venv-torch when it is missing), and each precision
@@ -161,7 +161,7 @@ bench-elastic: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.elastic --data_dir=$(DATA_DIR)
 
 plot: $(SETUP_STAMP)
-	$(BIN)/python -m tools.bench.plot --out=$(PLOT) $(PLOT_RUNS)
+	$(BIN)/python -m tools.plot --out=$(PLOT) $(PLOT_RUNS)
 
 # 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each lever;
 # reports/scaling.md (needs root for the test bed; 519 s on the AVX-512 EPYC, its header).

@@ -99,7 +99,7 @@ def test_exported_model_reproduces_the_runs_test_accuracy(finished_run, tiny_dat
 def test_plot_draws_every_finished_run(finished_run, tmp_path):
     summaries = [str(path) for path in SUMMARIES.values()]  # both, with the second run
     out = tmp_path / "plot.png"
-    result = subprocess.run([sys.executable, "-m", "tools.bench.plot", f"--out={out}",
+    result = subprocess.run([sys.executable, "-m", "tools.plot", f"--out={out}",
                              *summaries], capture_output=True, text=True, timeout=120,
                             cwd=launch.REPO_ROOT)
     assert result.returncode == 0, result.stderr

@@ -5,9 +5,7 @@
     python -m tools.bench.step_profile     make step-profile  one step, TF beside PyTorch
     python -m tools.bench.torch_venv       make torch-venv    the PyTorch venv (.venv-torch)
     python -m tools.bench.elastic          make bench-elastic reports/elastic.json, elastic.md
-    python -m tools.bench.parity           make parity        reports/parity.json, parity.md
     python -m tools.bench.scaling          make scaling       reports/scaling.json, scaling.md
-    python -m tools.bench.plot             make plot          a PNG of runs' accuracy and loss
 
 make bench's parts (__main__.py): training_paths (paths, accuracy), versus (against
 Horovod's example, horovod_example.py, and PyTorch DDP: torch_ddp.py under torchrun, in the

@@ -160,7 +160,7 @@ def accuracy_table(accuracy: dict) -> str:
 
 
 def plot_time_to_accuracy(accuracy: dict, out_path: str) -> None:
-    from tools.bench import plot
+    from tools import plot
     plot.accuracy_over_time({name: result["curve"] for name, result in accuracy.items()},
                             out_path, f"time to {TARGET_ACCURACY:.1%} test accuracy at -np 2",
                             TARGET_ACCURACY)

@@ -1,8 +1,8 @@
 """Test accuracy and test loss per epoch of one or more runs, as one PNG.
 
     make plot                                   # runs/mnist/summary.json -> runs/mnist/plot.png
-    python -m tools.bench.plot --out=reports/parity.png reports/parity.json
-    python -m tools.bench.plot --out=both.png runs/a/summary.json runs/b/summary.json
+    python -m tools.plot --out=reports/parity.png reports/parity.json
+    python -m tools.plot --out=both.png runs/a/summary.json runs/b/summary.json
 
 make bench also draws, with accuracy_over_time, test accuracy against training seconds of
 its time-to-99% runs (reports/bench_time_to_accuracy.png).

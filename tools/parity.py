@@ -60,7 +60,7 @@ def markdown(results, outcome, np_, machine, when):
     lines = [
         "# Parity report: custom loop vs Keras fit",
         "",
-        f"Produced by `python -m tools.bench.parity` (`make parity`) on {when}, on {machine}, at -np {np_} "
+        f"Produced by `python -m tools.parity` (`make parity`) on {when}, on {machine}, at -np {np_} "
         f"(Horovod with Gloo, {stack()}), default recipe (Adadelta 1.0 x workers, "
         "128 images per worker, 12 epochs of 60,000 images over all workers).",
         "",
