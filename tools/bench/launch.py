@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from hvd_mnist.verification.launch import BIN_DIR, environment, horovodrun_command  # noqa: F401
+from hvd_mnist.verification.launch import (  # noqa: F401
+    BIN_DIR, environment, horovodrun_command, run)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

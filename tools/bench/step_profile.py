@@ -1,21 +1,15 @@
-"""Where one training step's time goes in TensorFlow and in PyTorch, side by side: one
-process, one thread, a synthetic batch of 128, the model and Adam of the job make bench sets
-beside PyTorch DDP (versus.py); then the gradients' allreduce at -np 2.
+"""make step-profile: where one training step's time goes in TensorFlow and in PyTorch, side by
+side: one process, one thread, a synthetic batch of 128, the model and Adam of versus.py's
+job; then the gradients' allreduce at -np 2 under Horovod and over Gloo (allreduce_probe.py).
 
     python -m tools.bench.step_profile [--min_seconds=1] [--out=runs/bench/step_profile.json]
 
-Runs each half in its own process with one thread: `--tensorflow` in this venv (the
-trainers' model and step, training/model.py and training/step.py, with Adam, in a one-rank
-Horovod job), `--torch` in the PyTorch venv (torch_ddp.py's model; made when missing,
-torch_venv.py). Each times, after two warm-up calls, every layer's forward (in training
-mode, so dropout draws its mask), its forward and backward together (the backward is their
-difference; the gradients of its weights and, but for the first layer, of its input,
-driven by a fixed upstream gradient), the Adam update of fixed gradients, and the whole
-step; then its framework's profiler over PROFILED_STEPS whole steps gives each op's time.
-Then at -np 2: Horovod's grouped allreduce of the gradients (allreduce_probe.py), and under
-torchrun (`--allreduce`) torch.distributed.all_reduce of the same bytes over Gloo, as one
-flat buffer (DDP's one 25 MB bucket holds them all) and tensor by tensor. Prints the tables
-and writes their figures as JSON; a measurement for the record wants a quiet machine.
+Each half runs in a process of its own: `--tensorflow` here (hvd_mnist's model and step as a
+one-rank Horovod job), `--torch` in the PyTorch venv (torch_ddp.py's model). Each times
+every layer's forward (in training mode, so dropout draws its mask), its forward and
+backward together (the backward is their difference, driven by a fixed upstream gradient),
+Adam's update of fixed gradients and the whole step; then its framework's profiler gives
+each op's time over PROFILED_STEPS steps. A figure for the record wants a quiet machine.
 """
 
 import argparse
@@ -23,8 +17,6 @@ import collections
 import glob
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +27,6 @@ TIMEOUT_SECONDS = 900
 TOP_OPS = 12
 BATCH = 128
 PROFILED_STEPS = 10
-WARMUP, REPEATS = 3, 15  # PyTorch's allreduce, as allreduce_probe.py times Horovod's
 PIECES = ("Conv2D(32)", "Conv2D(64)", "MaxPooling2D", "Dropout(0.25)", "Flatten", "Dense(128)",
           "Dropout(0.5)", "Dense(10) and the loss")
 
@@ -103,49 +94,66 @@ def op_profile(step, steps: int) -> list:
     return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common()]
 
 
-def measure_tensorflow(min_seconds: float) -> dict:
+def tensorflow_step(optimizer_name: str, learning_rate: float, precision: str = "float32"):
+    """hvd_mnist's model and training step (training/step.py) in this process as a one-rank
+    Horovod job, on one synthetic batch of BATCH: (model, optimizer, loss, (images, labels),
+    the step as a function of no arguments)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
     from hvd_mnist.data import mnist
     from hvd_mnist.training import model as model_lib, step as step_lib
     hvd.init()
     tf.keras.utils.set_random_seed(0)
-    model = model_lib.build_model()
-    optimizer = model_lib.make_optimizer("adam", 0.001)
-    optimizer.build(model.trainable_variables)
+    model = model_lib.build_model(precision=precision)
+    optimizer = model_lib.make_optimizer(optimizer_name, learning_rate)
     loss_fn = model_lib.make_loss()
     images = tf.random.uniform([BATCH, *mnist.IMAGE_SHAPE])
     labels = tf.random.uniform([BATCH], maxval=mnist.NUM_CLASSES, dtype=tf.int64)
     train_step = step_lib.make_train_step(model, optimizer, loss_fn)
-    step = lambda: train_step(images, labels)  # noqa: E731
+    return model, optimizer, loss_fn, (images, labels), lambda: train_step(images, labels)
 
+
+def timed(pieces: list, update, step, op_profile, min_seconds: float,
+          fetch=lambda result: None) -> dict:
+    """The figures of one half: each (name, forward, forward and backward) piece's forward
+    and backward ms, the optimizer's update, the whole step, and the profiler's ops."""
+    out = []
+    for name, forward, both in pieces:
+        forward_seconds = seconds_per_call(forward, min_seconds, fetch)
+        out.append({"name": name, "forward_ms": 1e3 * forward_seconds,
+                    "backward_ms": 1e3 * (seconds_per_call(both, min_seconds, fetch)
+                                          - forward_seconds)})
+    return {"batch": BATCH, "pieces": out,
+            "optimizer_ms": 1e3 * seconds_per_call(update, min_seconds, fetch),
+            "step_ms": 1e3 * seconds_per_call(step, min_seconds, fetch),
+            "profiled_steps": PROFILED_STEPS, "ops": op_profile(step, PROFILED_STEPS)}
+
+
+def measure_tensorflow(min_seconds: float) -> dict:
+    import tensorflow as tf
+    model, optimizer, loss_fn, (images, labels), step = tensorflow_step("adam", 0.001)
+    optimizer.build(model.trainable_variables)
     pieces, layer_input = [], images
     for index, (name, layer) in enumerate(zip(PIECES, model.layers)):
         output = layer(layer_input, training=True)
         is_last = index == len(model.layers) - 1
         forward = tf.function(lambda layer=layer, x=layer_input: layer(x, training=True))
-        both = layer_pass(layer, layer_input, output, labels if is_last else None, loss_fn,
-                          needs_input_gradient=index > 0)
-        forward_seconds = seconds_per_call(forward, min_seconds, tf_fetch)
-        pieces.append({"name": name, "forward_ms": 1e3 * forward_seconds,
-                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds, tf_fetch)
-                                             - forward_seconds)})
+        pieces.append((name, forward, layer_pass(layer, layer_input, output,
+                                                 labels if is_last else None, loss_fn,
+                                                 needs_input_gradient=index > 0)))
         layer_input = output
     gradients = [tf.random.normal(v.shape) * 1e-3 for v in model.trainable_variables]
     update = tf.function(lambda: optimizer.apply_gradients(
         zip(gradients, model.trainable_variables)))
-    return {"framework": f"TensorFlow {tf.__version__}", "threads": 1, "batch": BATCH,
-            "pieces": pieces,
-            "optimizer_ms": 1e3 * seconds_per_call(update, min_seconds, tf_fetch),
-            "step_ms": 1e3 * seconds_per_call(step, min_seconds, tf_fetch),
-            "profiled_steps": PROFILED_STEPS, "ops": op_profile(step, PROFILED_STEPS)}
+    return {"framework": f"TensorFlow {tf.__version__}", "threads": 1,
+            **timed(pieces, update, step, op_profile, min_seconds, tf_fetch)}
 
 
 def pieces_of(model):
-    import torch
-    import torch.nn.functional as F
     """(name, function) of each piece of the forward pass, as Keras's layers split it (a
     convolution's or dense layer's ReLU belongs to it)."""
+    import torch
+    import torch.nn.functional as F
     return [("Conv2D(32)", lambda x: F.relu(model.conv1(x))),
             ("Conv2D(64)", lambda x: F.relu(model.conv2(x))),
             ("MaxPooling2D", lambda x: F.max_pool2d(x, 2)),
@@ -189,18 +197,12 @@ def measure_torch(min_seconds: float) -> dict:
             elif result.requires_grad:
                 result.backward(upstream)
 
-        forward_seconds = seconds_per_call(lambda piece=piece, x=x: piece(x), min_seconds)
-        pieces.append({"name": name, "forward_ms": 1e3 * forward_seconds,
-                       "backward_ms": 1e3 * (seconds_per_call(both, min_seconds)
-                                             - forward_seconds)})
+        pieces.append((name, lambda piece=piece, x=x: piece(x), both))
         layer_input = output
     for parameter in model.parameters():
         parameter.grad = torch.randn_like(parameter) * 1e-3
     return {"framework": f"PyTorch {torch.__version__}", "threads": torch.get_num_threads(),
-            "batch": BATCH, "pieces": pieces,
-            "optimizer_ms": 1e3 * seconds_per_call(optimizer.step, min_seconds),
-            "step_ms": 1e3 * seconds_per_call(step, min_seconds),
-            "profiled_steps": PROFILED_STEPS, "ops": torch_op_profile(step, PROFILED_STEPS)}
+            **timed(pieces, optimizer.step, step, torch_op_profile, min_seconds)}
 
 
 def torch_op_profile(step, steps: int) -> list:
@@ -214,40 +216,6 @@ def torch_op_profile(step, steps: int) -> list:
     return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common() if ms > 0]
 
 
-def torch_allreduce() -> dict:
-    """Median seconds of averaging the model's gradients over the ranks (rank 0's figures),
-    each after a barrier, as allreduce_probe.py times Horovod's."""
-    import torch
-    import torch.distributed as dist
-    from tools.bench.torch_ddp import MnistCnn
-    dist.init_process_group("gloo")
-    size = dist.get_world_size()
-    gradients = [torch.randn_like(p) for p in MnistCnn().parameters()]
-    flat = torch.cat([g.reshape(-1) for g in gradients])
-
-    def median_seconds(function) -> float:
-        seconds = []
-        for repeat in range(WARMUP + REPEATS):
-            dist.barrier()
-            start = time.perf_counter()
-            function()
-            if repeat >= WARMUP:
-                seconds.append(time.perf_counter() - start)
-        return statistics.median(seconds)
-
-    def per_tensor():
-        for gradient in gradients:
-            dist.all_reduce(gradient)
-            gradient.div_(size)
-
-    result = {"ranks": size, "gradient_bytes": flat.numel() * flat.element_size(),
-              "allreduce_flat_seconds": median_seconds(
-                  lambda: dist.all_reduce(flat) or flat.div_(size)),
-              "allreduce_per_tensor_seconds": median_seconds(per_tensor)}
-    dist.destroy_process_group()
-    return result
-
-
 def last_json_line(output: str, prefix: str) -> dict:
     """The JSON after `prefix` on the last line that starts with it; SystemExit without one."""
     lines = [line for line in output.splitlines() if line.startswith(prefix)]
@@ -256,9 +224,8 @@ def last_json_line(output: str, prefix: str) -> dict:
     return json.loads(lines[-1][len(prefix):])
 
 
-def run(command: list, prefix: str, env=None) -> dict:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
-                            cwd=launch.REPO_ROOT, env=launch.environment(env))
+def run(command: list, prefix: str) -> dict:
+    result = launch.run(command, TIMEOUT_SECONDS, cwd=launch.REPO_ROOT)
     if result.returncode != 0:
         raise SystemExit(f"step_profile: failed ({result.returncode}): {' '.join(command)}\n"
                          + (result.stdout + result.stderr)[-3000:])
@@ -275,7 +242,7 @@ def measure(torch_python: str, min_seconds: float) -> dict:
         "horovod_allreduce": run(launch.horovodrun_command(
             2, launch.python_module("tools.bench.allreduce_probe")), "[0]<stdout>:PROBE "),
         "torch_allreduce": run(versus.torchrun_command(
-            2, torch_python, "--allreduce", module="tools.bench.step_profile"), "PROBE "),
+            2, torch_python, "--torch", module="tools.bench.allreduce_probe"), "PROBE "),
     }
 
 
@@ -332,8 +299,6 @@ def main(argv=None) -> None:
                       help="Only the TensorFlow half, printed as one JSON line.")
     half.add_argument("--torch", action="store_true",
                       help="Only the PyTorch half (in the PyTorch venv), one JSON line.")
-    half.add_argument("--allreduce", action="store_true",
-                      help="Under torchrun: PyTorch's allreduce of the gradients.")
     args = parser.parse_args(argv)
     if args.tensorflow or args.torch:
         started = time.perf_counter()
@@ -348,13 +313,6 @@ def main(argv=None) -> None:
             result = measure_torch(args.min_seconds)
         print("PROFILE " + json.dumps({**result, "seconds": time.perf_counter() - started}),
               flush=True)
-        return
-    if args.allreduce:
-        import torch
-        torch.set_num_threads(1)
-        probe = torch_allreduce()
-        if int(os.environ.get("RANK", "0")) == 0:
-            print("PROBE " + json.dumps(probe), flush=True)
         return
     profile = {"machine": machine.description(), "date": machine.now(),
                **measure(torch_venv.ensure(os.path.abspath(args.torch_venv)), args.min_seconds)}

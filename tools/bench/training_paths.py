@@ -5,7 +5,7 @@ and the training seconds each recipe and precision takes to reach 99.0% test acc
 import math
 import time
 
-from tools.bench import steady_state, tables, training_run
+from tools.bench import step_profile, steady_state, tables, training_run
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
@@ -25,27 +25,17 @@ def use_every_core() -> None:
 
 def step_alone_images_per_second(precision: str = "float32", windows: int = 7,
                                  window_steps: int = steady_state.WINDOW_STEPS) -> float:
-    """hvd_mnist's training step (training/step.py, the default recipe's model and
-    optimizer) in this process as a one-rank Horovod job, on one synthetic batch, no input
-    pipeline; images/s counted in windows as the trainers count them."""
-    import horovod.tensorflow as hvd
-    import tensorflow as tf
-    from hvd_mnist.data import mnist
-    from hvd_mnist.training import model as model_lib, step as step_lib
-    hvd.init()
-    tf.keras.utils.set_random_seed(0)
-    model = model_lib.build_model(precision=precision)
-    step = step_lib.make_train_step(model, model_lib.make_optimizer("adadelta", 1.0),
-                                    model_lib.make_loss())
-    images = tf.random.uniform([BATCH_SIZE, *mnist.IMAGE_SHAPE])
-    labels = tf.random.uniform([BATCH_SIZE], maxval=mnist.NUM_CLASSES, dtype=tf.int64)
+    """hvd_mnist's training step with the default recipe's model and optimizer, no input
+    pipeline (step_profile.tensorflow_step); images/s counted in windows as the trainers
+    count them."""
+    *_, step = step_profile.tensorflow_step("adadelta", 1.0, precision)
     rates = []
     for _ in range(windows):
         start = time.perf_counter()
         for _ in range(window_steps):
-            loss = step(images, labels)
+            loss = step()
         float(loss)
-        rates.append(window_steps * BATCH_SIZE / (time.perf_counter() - start))
+        rates.append(window_steps * step_profile.BATCH / (time.perf_counter() - start))
     return steady_state.images_per_second(rates)
 
 
