@@ -1,4 +1,4 @@
-"""The benchmarks and reports of the make targets, run from the repository root:
+"""The benchmarks of the make targets, run from the repository root:
 
     python -m tools.bench                  make bench         reports/bench.json, bench.md
     python -m tools.bench --parts=torch    make bench-torch   bench_torch.json, .md in reports/
@@ -7,11 +7,7 @@
     python -m tools.bench.elastic          make bench-elastic reports/elastic.json, elastic.md
     python -m tools.bench.scaling          make scaling       reports/scaling.json, scaling.md
 
-make bench's parts (__main__.py): training_paths (paths, accuracy), versus (against
-Horovod's example, horovod_example.py, and PyTorch DDP: torch_ddp.py under torchrun, in the
-venv torch_venv.py makes, reading the data through mnist_numpy.py) and limit (flops.py).
-What they share: launch (hvd_mnist's launcher, and logged runs), training_run (one
+What the programs share: launch (hvd_mnist's launcher, and logged runs), training_run (one
 hvd_mnist run and its figures), steady_state (images/s from a run's windows, medians over
-repeats), tables (rounding) and machine (the CPU a report names). allreduce_probe (Horovod's
-allreduce of the gradients) serves scaling and step_profile.
+repeats), tables (rounding) and machine (the CPU a report names).
 """

@@ -1,21 +1,18 @@
 """make bench: hvd_mnist on this machine, side by side with what a user would run instead.
 
-    python -m tools.bench [--parts=paths,accuracy,versus,torch,limit]
+    python -m tools.bench [--parts=paths,accuracy,versus,torch,limit] [--nps=1,2,4]
 
 Parts, in this order:
   paths     hvd_mnist's step alone in this process (the practical limit), then the custom
-            loop and Keras fit at each --nps: steady images/s over all ranks, peak
-            resident memory per rank, launch to the first finished step (training_paths.py);
-  accuracy  training seconds to 99.0% test accuracy at -np 2: the seed recipe and
-            --recipe=fast on the custom loop in each --accuracy_precisions, the seed on fit;
-            the curves as a PNG beside the report;
-  versus    hvd_mnist against Horovod's own example at each --nps (versus.py);
-  torch     the same, with the same job in PyTorch DDP under torchrun beside them, in
-            float32 and bfloat16, in the PyTorch venv the bench makes when it is missing
-            (torch_venv.py);
-  limit     each --precision against the machine's measured peak GFLOP/s (limit.py).
-Writes reports/bench.json and reports/bench.md (docs/performance.md summarises them); a run
-of some parts only writes reports/bench_<parts>.json and .md instead.
+            loop and Keras fit at each --nps (training_paths.py);
+  accuracy  training seconds to 99.0% test accuracy at -np 2 of each recipe and precision,
+            and the curves as a PNG beside the report (training_paths.py);
+  versus    hvd_mnist against Horovod's own example (horovod_example.py) at each --nps;
+  torch     the same, with the same job in PyTorch DDP beside them (torch_ddp.py), in
+            float32 and bfloat16, in the PyTorch venv, made when missing (torch_venv.py);
+  limit     each precision against the machine's measured peak GFLOP/s (limit.py).
+Writes reports/bench.json and .md; a run of some parts only, reports/bench_<parts>.json and
+.md instead.
 """
 
 import json
@@ -31,6 +28,7 @@ from absl import app, flags  # noqa: E402
 from tools.bench import limit, machine, torch_venv, training_paths, versus  # noqa: E402
 
 PARTS = ("paths", "accuracy", "versus", "torch", "limit")
+REPORT = "reports/bench.json"  # of a run of every part
 
 
 def define_flags():
@@ -38,8 +36,6 @@ def define_flags():
     flags.DEFINE_string("idx_dir", "data/cache/idx", "The IDX files make data writes: the "
                         "example's data.")
     flags.DEFINE_string("out_dir", "runs/bench", "Where the runs and their logs go.")
-    flags.DEFINE_string("report", "reports/bench.json", "The JSON report of a run of every "
-                        "part; the Markdown tables go beside it (.md).")
     flags.DEFINE_list("parts", list(PARTS), "The parts to run: " + ", ".join(PARTS) + ".")
     flags.register_validator("parts", lambda v: bool(v) and set(v) <= set(PARTS),
                              message="--parts must name some of " + ", ".join(PARTS))
@@ -48,24 +44,12 @@ def define_flags():
     flags.register_validator("nps", lambda v: bool(v) and all(n.isdigit() and int(n) > 0
                                                               for n in v),
                              message="--nps must be positive integers, e.g. 1,2,4")
-    flags.DEFINE_integer("throughput_steps", training_paths.THROUGHPUT_STEPS,
-                         "Steps of each run of parts paths and limit.", lower_bound=40)
-    flags.DEFINE_list("accuracy_precisions", ["float32", "mixed_bfloat16"],
-                      "Precisions of part accuracy's custom-loop runs.")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
                          "in parts versus and torch.", lower_bound=1)
-    flags.DEFINE_string("torch_venv", torch_venv.DEFAULT_VENV, "The PyTorch venv of part "
-                        "torch, made (tools/pins/torch.txt) when missing.")
-    flags.DEFINE_list("torch_precisions", list(versus.PRECISIONS), "Precisions of part "
-                      "torch: " + ", ".join(versus.PRECISIONS) + ".")
-    flags.register_validator("torch_precisions",
-                             lambda v: bool(v) and set(v) <= set(versus.PRECISIONS),
-                             message="--torch_precisions must name some of "
-                             + ", ".join(versus.PRECISIONS))
 
 
 def report_path(report: str, parts: list) -> str:
-    """--report for a run of every part, reports/bench_<parts>.json for fewer, so that a
+    """report for a run of every part, reports/bench_<parts>.json for fewer, so that a
     partial run never replaces the full report."""
     if set(parts) == set(PARTS):
         return report
@@ -82,29 +66,26 @@ def main(argv):
     training_paths.use_every_core()
 
     # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of runs.
-    torch_python = (torch_venv.ensure(os.path.abspath(args.torch_venv))
-                    if "torch" in args.parts else None)
+    torch_python = torch_venv.ensure() if "torch" in args.parts else None
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
                "command": shlex.join(["python", "-m", "tools.bench", *sys.argv[1:]])}
     if "paths" in args.parts:
-        training_paths.measure(results, nps, args.throughput_steps, args.data_dir,
-                               args.out_dir)
+        training_paths.measure(results, nps, args.data_dir, args.out_dir)
     if "accuracy" in args.parts:
-        results["time_to_accuracy"] = training_paths.time_to_accuracy(
-            args.data_dir, args.out_dir, args.accuracy_precisions)
+        results["time_to_accuracy"] = training_paths.time_to_accuracy(args.data_dir,
+                                                                      args.out_dir)
     if "versus" in args.parts or "torch" in args.parts:
         results["versus"] = {"repeats": args.versus_repeats, "comparison": versus.compare(
-            nps, args.torch_precisions if torch_python else ["float32"], args.versus_repeats,
+            nps, versus.PRECISIONS if torch_python else ["float32"], args.versus_repeats,
             args.out_dir, args.data_dir, args.idx_dir, torch_python)}
         if torch_python:
             results["versus"]["versions"] = torch_venv.versions(torch_python)
         print(versus.table(results["versus"]["comparison"]), flush=True)
     if "limit" in args.parts:
-        results["limit"] = limit.measure(results, nps, args.throughput_steps, args.data_dir,
-                                         args.out_dir)
+        results["limit"] = limit.measure(results, nps, args.data_dir, args.out_dir)
     results["bench_seconds"] = time.perf_counter() - started
-    write_reports(report_path(args.report, args.parts), results)
+    write_reports(report_path(REPORT, args.parts), results)
 
 
 def write_reports(path: str, results: dict) -> None:
@@ -112,8 +93,8 @@ def write_reports(path: str, results: dict) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, {results['date']} "
-                f"({results['bench_seconds']:.0f} s).", ""]
+    sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, "
+                f"{results['date']} ({results['bench_seconds']:.0f} s).", ""]
     if "throughput" in results:
         sections += [training_paths.table(results), ""]
     if "time_to_accuracy" in results:

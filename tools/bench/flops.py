@@ -27,12 +27,6 @@ def layer_forward_flops(layer) -> int:
     return 0
 
 
-def layer_training_flops(layer, first: bool) -> int:
-    """One layer's forward, its weights' gradient and (but for the first layer, whose input
-    is the images) its input's gradient, each as many FLOPs as the forward."""
-    return layer_forward_flops(layer) * (2 if first else 3)
-
-
 def describe(layer) -> str:
     """Conv2D(64), Dense(10), Dropout: the layer's kind and width. Its Keras name would
     depend on how many models the process built before."""
@@ -49,8 +43,7 @@ def per_layer(model) -> list:
 
 def training_flops_per_image(model) -> dict:
     layers = per_layer(model)
-    first = next(layer for layer in model.layers if layer_forward_flops(layer))
-    training = sum(layer_training_flops(layer, first=layer is first)
-                   for layer in model.layers if layer_forward_flops(layer))
-    return {"forward": sum(flops for _, flops in layers), "training": training,
+    forward = sum(flops for _, flops in layers)
+    # Forward and both gradients of every layer, but the images' (the first layer's input).
+    return {"forward": forward, "training": 3 * forward - layers[0][1],
             "per_layer_forward": dict(layers)}

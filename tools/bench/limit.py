@@ -1,18 +1,9 @@
-"""Part "limit" of make bench: each --precision's custom loop against what this machine's
-cores can do at all.
-
-  1. The model's FLOPs per training image, counted from its layers' shapes (flops.py).
-  2. The machine's peak, in this process on every core: a 2048 x 2048 matmul, and the
-     model's own second convolution (a batch of 128, forward), in float32, bfloat16 and
-     float16; a dtype's peak is the higher of the two (oneDNN's convolutions can beat its
-     matmul).
-  3. The custom loop in each precision at each -np (part "paths"'s runs: float32 is taken
-     from there when that part ran): images/s, achieved GFLOP/s (images/s x training FLOPs
-     per image) and its fraction of the peak of the dtype its layers compute in.
-A precision whose step alone runs at under SKIP_BELOW of float32's (float16 on CPUs: oneDNN
-has no fast float16 kernels for them) is not run under Horovod, with the reason in the
-report. Where a step's time goes, layer by layer: `make step-profile`.
-"""
+"""Part "limit" of make bench: each precision's custom loop against what this machine's cores
+can do at all. Achieved GFLOP/s (images/s x the model's training FLOPs per image, flops.py)
+over the peak of the dtype its layers compute in: in this process on every core, the higher
+of a 2048 x 2048 matmul and the model's own second convolution (oneDNN's convolutions can
+beat its matmul). A precision whose step alone runs at under SKIP_BELOW of float32's
+(float16 on CPUs) is not run under Horovod, with the reason in the report."""
 
 from tools.bench import flops, step_profile, tables, training_paths
 
@@ -56,7 +47,7 @@ def too_slow(step_rates: dict) -> dict:
             for p, ratio in ratios.items() if ratio < SKIP_BELOW}
 
 
-def measure(results: dict, nps: list, steps: int, data_dir: str, out_dir: str) -> dict:
+def measure(results: dict, nps: list, data_dir: str, out_dir: str) -> dict:
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())
     out = {"flops_per_image": cost, "peak_gflops": peaks(), "runs": {}}
@@ -65,14 +56,14 @@ def measure(results: dict, nps: list, steps: int, data_dir: str, out_dir: str) -
         precision: training_paths.step_alone_images_per_second(precision, 2, 2)
         for precision in PRECISIONS}
     out["skipped"] = too_slow(out["step_alone_images_per_second"])
-    earlier = results.get("throughput", {})
+    earlier = results.get("throughput", {})  # float32's runs, where part paths made them
     for precision in (p for p in PRECISIONS if p not in out["skipped"]):
         peak = max(out["peak_gflops"][COMPUTE_DTYPE[precision]].values())
         for np_ in nps:
             name = f"{precision}_np{np_}"
             run = (earlier.get(f"custom_np{np_}") if precision == "float32" else None) or (
-                training_paths.throughput_run(f"limit_{name}", np_, steps,
-                                              [f"--precision={precision}"], data_dir, out_dir))
+                training_paths.throughput_run(f"limit_{name}", np_, [f"--precision={precision}"],
+                                              data_dir, out_dir))
             gflops = run["images_per_second"] * cost["training"] / 1e9
             out["runs"][name] = {"np": np_, "precision": precision,
                                  "images_per_second": run["images_per_second"],

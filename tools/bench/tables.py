@@ -27,7 +27,3 @@ def markdown(header: list, rows: list) -> str:
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
-
-def named_ratios(ratios: dict) -> str:
-    """`name 1.02×, other 0.981×`: ratios in a sentence."""
-    return ", ".join(f"{name} {ratio(value)}" for name, value in ratios.items())

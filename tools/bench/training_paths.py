@@ -9,6 +9,7 @@ from tools.bench import step_profile, steady_state, tables, training_run
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
+ACCURACY_PRECISIONS = ("float32", "mixed_bfloat16")  # of the custom loop's runs
 BATCH_SIZE = 128
 QUIET = ["--log_every=0"]
 
@@ -39,30 +40,29 @@ def step_alone_images_per_second(precision: str = "float32", windows: int = 7,
     return steady_state.images_per_second(rates)
 
 
-def throughput_flags(np_: int, steps: int) -> list:
+def throughput_flags(np_: int, steps: int = THROUGHPUT_STEPS) -> list:
     """--epochs and --max_steps_per_epoch for `steps` steps at np_ workers of 128: at -np 4
     an epoch has fewer steps than a measurement needs, so it takes two."""
     per_epoch = min(steps, 60_000 // (BATCH_SIZE * np_))
     return [f"--epochs={math.ceil(steps / per_epoch)}", f"--max_steps_per_epoch={per_epoch}"]
 
 
-def throughput_run(name: str, np_: int, steps: int, run_flags: list, data_dir: str,
-                   out_dir: str) -> dict:
-    run = training_run.measure(name, np_, [*run_flags, *throughput_flags(np_, steps), *QUIET],
+def throughput_run(name: str, np_: int, run_flags: list, data_dir: str, out_dir: str) -> dict:
+    run = training_run.measure(name, np_, [*run_flags, *throughput_flags(np_), *QUIET],
                                data_dir, out_dir, timeout_seconds=1800)
     print(f"{name}: {run['images_per_second']:.0f} images/s", flush=True)
     return run
 
 
-def measure(results: dict, nps: list, steps: int, data_dir: str, out_dir: str) -> None:
+def measure(results: dict, nps: list, data_dir: str, out_dir: str) -> None:
     """Part "paths" into results: the step alone, and both paths at each -np."""
     results["step_alone_images_per_second"] = step_alone_images_per_second()
     print(f"the step alone: {results['step_alone_images_per_second']:.0f} images/s", flush=True)
     runs = results["throughput"] = {}
     for np_ in nps:
         for mode in ("custom", "keras"):
-            runs[f"{mode}_np{np_}"] = throughput_run(f"{mode}_np{np_}", np_, steps,
-                                                     [f"--mode={mode}"], data_dir, out_dir)
+            runs[f"{mode}_np{np_}"] = throughput_run(f"{mode}_np{np_}", np_, [f"--mode={mode}"],
+                                                     data_dir, out_dir)
     ratios = results["ratios"] = {
         f"custom_over_keras_np{np_}": (runs[f"custom_np{np_}"]["images_per_second"]
                                        / runs[f"keras_np{np_}"]["images_per_second"])
@@ -81,7 +81,8 @@ def table(results) -> str:
              for name, run in results["throughput"].items()]
     return "\n".join([tables.markdown(["run", "images/s", "peak RSS MiB/rank",
                                        "launch to 1st step s"], rows),
-                      "", "ratios: " + tables.named_ratios(results["ratios"])])
+                      "", "ratios: " + ", ".join(f"{name} {tables.ratio(value)}"
+                                                 for name, value in results["ratios"].items())])
 
 
 def accuracy_curve(summary: dict) -> list:
@@ -124,11 +125,11 @@ def accuracy_runs(precisions: list) -> dict:
     return runs
 
 
-def time_to_accuracy(data_dir: str, out_dir: str, precisions: list) -> dict:
+def time_to_accuracy(data_dir: str, out_dir: str) -> dict:
     """Part "accuracy" at -np 2: each run's training seconds to 99.0%, and over the seed
     recipe's on the custom loop in float32."""
     out = {}
-    for name, run_flags in accuracy_runs(precisions).items():
+    for name, run_flags in accuracy_runs(ACCURACY_PRECISIONS).items():
         out[name] = accuracy_run(f"accuracy_{name}", run_flags, data_dir, out_dir)
         print(f"time to {TARGET_ACCURACY:.1%} at -np 2, {name}: "
               f"{out[name]['training_seconds']} s (epoch {out[name]['epoch']})", flush=True)

@@ -1,18 +1,9 @@
-"""Part "versus" of make bench: hvd_mnist against Horovod's own TF2 MNIST example
-(horovod_example.py) and, with part "torch" (`make bench-torch` alone), the same job in
-PyTorch DDP (torch_ddp.py), side by side.
-
-The job: `horovodrun -np N python -m hvd_mnist.main --optimizer=adam --epochs=1
---max_steps_per_epoch=160 --noexport`, 160 steps of 128 images per worker, Adam 0.001 x
-workers; the example for the same 160 steps; `torchrun --standalone --nproc_per_node=N -m
-tools.bench.torch_ddp` in the PyTorch venv (torch_venv.py). Each precision (float32;
-mixed_bfloat16 beside torch.autocast's bfloat16, which the example has no counterpart of)
-at each -np: one warm-up round first (discarded: page cache, .pyc files), then `repeats`
-rounds, the programs taking turns. Each run: the whole process (launch to exit), CPU
-seconds of the job's processes (as their parents reaped them), launch to rank 0's first
-finished step, steady images/s (steady_state.py, the same code in every program), the
-largest peak RSS of any rank, and the final test accuracy; medians, and hvd_mnist's over
-the others'.
+"""Parts "versus" and "torch" of make bench: hvd_mnist against Horovod's own TF2 MNIST example
+(horovod_example.py) and, with part "torch", the same job in PyTorch DDP under torchrun
+(torch_ddp.py), side by side: STEPS steps of BATCH_SIZE images per worker, Adam 0.001 x
+workers (DIFFERENCES says what else is the same and what differs). Each precision at each
+-np: one warm-up round first (discarded: page cache, .pyc files), then `repeats` rounds, the
+programs taking turns; each figure's median, and hvd_mnist's over the others'.
 """
 
 import json
@@ -145,14 +136,12 @@ def programs(np_, precision, out_dir, data_dir, idx_dir, torch_python) -> dict:
     return out
 
 
-def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python=None,
-            warmup=True) -> dict:
+def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python=None) -> dict:
     """{"<precision>_np<N>": every run's figures, their medians, and hvd_mnist's over the
     example's and (with torch_python, the PyTorch venv's) PyTorch's}."""
-    if warmup:
-        for who, run in programs(nps[0], precisions[0], out_dir, data_dir, idx_dir,
-                                 torch_python).items():
-            print(f"warm-up: {who} {run()['wall_seconds']:.1f} s", flush=True)
+    for who, run in programs(nps[0], precisions[0], out_dir, data_dir, idx_dir,
+                             torch_python).items():
+        print(f"warm-up: {who} {run()['wall_seconds']:.1f} s", flush=True)
     out = {}
     for precision in precisions:
         for np_ in nps:
