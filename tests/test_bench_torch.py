@@ -9,6 +9,7 @@ makes is there, and skips, naming it, when not; make test never makes it.
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -163,7 +164,7 @@ def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_di
     # 25 steps of 8 images per rank: 400 of the tiny set's 480, one 20-step window.
     command = versus.torchrun_command(
         2, TORCH_PYTHON, f"--data_dir={tiny_data_dir}", f"--out_dir={tmp_path}", "--steps=25",
-        "--batch_size=8", "--timeout_seconds=60")
+        "--batch_size=8", "--timeout_seconds=60", f"--launch_unix_time={time.time()}")
     result = subprocess.run(command, capture_output=True, text=True, timeout=180,
                             cwd=launch.REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,27 +1,19 @@
-"""make bench-elastic: what --elastic costs without a failure, and how fast it recovers
-from one, in one run on one machine.
+"""make bench-elastic: what --elastic costs without a failure, and how fast it recovers from
+one, on one machine (docs/elastic.md, What it costs).
 
-    python -m tools.bench.elastic [--repeats=3]    (~7 min on 2 cores)
+    python -m tools.bench.elastic [--repeats=5]    (~7 min on 2 cores)
 
-Throughput: the same short custom-loop run at -np 2 two ways, taking turns --repeats
-times, so a change in the machine's load hits both alike: "normal" (horovodrun -np 2 -H
-localhost:2) and "elastic" (horovodrun --elastic on two one-slot "hosts", localhost:1 and
-127.0.0.1:1, with --threads_per_rank=1 as docs/elastic.md says).
-
-Each figure is a median over the runs: steady images/s (steady_state.py: 20-step windows
-after the first), training images/s (summary.json's: every image over the epochs' training
-seconds, the first step's tracing included), and for the elastic runs rank 0's commits and
-the seconds they took (summary.json's `elastic`). The two rates can disagree: the windows
-leave out what happens between them, which is not the same on the two paths.
-
-Recovery: one elastic run at -np 2 with --example_log (started through the tests'
-launcher, tests/with_aids.py, whose testing aid it is); once its first commit is logged,
-rank 1 is SIGKILLed, and the log's times give the seconds from the kill to the
-survivor's first step and first commit after its restart, and where it restarted.
-Discovery: the CPU seconds of one call of tools/discover_hosts.sh made the way
-horovodrun's elastic driver makes it, about once a second for the whole job (Horovod
-0.28.1 unpatched spent 0.33 s of CPU a call on a middleman interpreter; BUILD_NOTES.md).
-Writes reports/elastic.json and .md, naming the CPU.
+Throughput: the same short custom-loop run at -np 2, "normal" (horovodrun -H localhost:2)
+and "elastic" (horovodrun --elastic on two one-slot hosts, ELASTIC_HOSTS, with
+--threads_per_rank=1), taking turns so that a change in the machine's load hits both alike;
+medians of steady images/s (steady_state.py), of training images/s (summary.json's, the
+first step's tracing included: the windows leave out what happens between them, which is not
+the same on both paths) and of the elastic runs' time in commits.
+Recovery: an elastic run with --example_log (through tests/with_aids.py, whose testing aid
+it is); rank 1 is SIGKILLed after its first commit, and the log gives the seconds from the
+kill to the survivor's first step and commit, and where it restarted.
+Discovery: the CPU seconds of one call of tools/discover_hosts.sh made as horovodrun's
+elastic driver makes it, about once a second for the whole job.
 """
 
 import json

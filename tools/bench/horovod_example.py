@@ -1,26 +1,16 @@
-"""Horovod's own TF2 MNIST example, as a user would otherwise run it: the baseline of `make bench`.
+"""Horovod's own TF2 MNIST example, as a user would otherwise run it: the baseline of make bench.
 
-Mirrors examples/tensorflow2/tensorflow2_mnist.py of horovod/horovod (v0.28.1; unchanged
-on its master since): TF's default thread pools, `from_tensor_slices(...).repeat()
-.shuffle(10000).batch(128)`, the same Conv-Conv-Pool-Dropout-Dense-Dropout-Dense model,
-Adam(0.001 x size), DistributedGradientTape, variables broadcast from rank 0 after the
-first batch (the step takes `first_batch` as a Python bool, so it is traced twice), a loss
-line from rank 0 every 10 steps, and a checkpoint written by rank 0 at the end.
-
-What differs, and only this:
-- where the data comes from: the example's `tf.keras.datasets.mnist.load_data()` reads
-  Keras's mnist.npz from the internet; here the same arrays come from the IDX .gz files
-  that `make data` writes (data/cache/idx), read as quickly (both are gzip-compressed
-  uint8 arrays, train and test split, decompressed with numpy);
-- how many steps: `--steps` (the example's 10000 // size), so a benchmark can ask for the
-  same images as an hvd_mnist run;
-- where the checkpoint goes (`--out_dir`, not ./checkpoints);
+examples/tensorflow2/tensorflow2_mnist.py of horovod/horovod (v0.28.1; unchanged on its
+master since), line for line but for:
+- the data: the example's `tf.keras.datasets.mnist.load_data()` downloads Keras's
+  mnist.npz; here the same arrays come from the IDX .gz files `make data` writes
+  (data/cache/idx), read as quickly (both are gzip-compressed uint8 arrays);
+- `--steps` (the example's 10000 // size), so that the bench can ask for the images of an
+  hvd_mnist run, and `--out_dir` for the checkpoint (not ./checkpoints);
 - instrumentation: the time of every finished step, and at exit, from every rank, a JSON
   file with them and the process's peak RSS (`--out_dir/rank<R>.json`);
-- on Keras 3 (TF 2.21, the default), the one change the example itself needs there:
-  the optimizer's `variables` is a list, not a method. (Horovod takes Keras 3's variables
-  with tools/horovod-patches/keras3-variables.patch; unpatched it fails on `.ref`,
-  horovod#4290.)
+- on Keras 3 the optimizer's `variables` is a list, not a method (Horovod takes Keras 3's
+  variables with tools/horovod-patches/keras3-variables.patch; horovod#4290).
 
     horovodrun -np 2 -H localhost:2 python -m tools.bench.horovod_example --steps=160 --out_dir=DIR
 """

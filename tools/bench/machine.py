@@ -31,16 +31,15 @@ def cpu(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
     return {"model": model, "vector_unit": vector_unit(flags)}
 
 
-def description(with_python: bool = True) -> str:
-    """One line: cores (CPU model, vector unit), memory, kernel, (with_python) Python, and
-    the 1-minute load average as the report is written. The bench's own last runs count in
-    it; well above their number of ranks, other work shared the machine."""
+def description() -> str:
+    """One line: cores (CPU model, vector unit), memory, kernel, Python, and the 1-minute
+    load average as the report is written. The bench's own last runs count in it; well
+    above their number of ranks, other work shared the machine."""
     processor = cpu()
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     line = (f"{len(os.sched_getaffinity(0))} cores ({processor['model']}, "
             f"{processor['vector_unit']}), {memory_gib:.0f} GiB, "
-            f"{platform.system()} {platform.release()}")
-    line += f", Python {platform.python_version()}" if with_python else ""
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
     return line + f", load average {os.getloadavg()[0]:.1f}"
 
 

@@ -46,10 +46,7 @@ def _fields(data: bytes):
         elif wire_type == 2:
             length, position = _varint(data, position)
             value, position = data[position:position + length], position + length
-        elif wire_type in (1, 5):  # fixed64, fixed32: not in these tensors, skipped
-            size = 8 if wire_type == 1 else 4
-            value, position = data[position:position + size], position + size
-        else:
+        else:  # fixed64 and fixed32: no field of these tensors has them
             raise ValueError(f"protobuf wire type {wire_type} in a TensorProto")
         yield number, value
 

@@ -1,18 +1,10 @@
-"""hvd_mnist's benchmark job written in PyTorch DistributedDataParallel: what make bench sets
-hvd_mnist beside (versus.py), as a PyTorch user would write it.
+"""hvd_mnist's benchmark job in PyTorch DistributedDataParallel, as a PyTorch user writes it.
+
+make bench sets it beside hvd_mnist (versus.py, whose DIFFERENCES says what is the same in
+both jobs and what differs).
 
     torchrun --standalone --nproc_per_node=2 -m tools.bench.torch_ddp --data_dir=data/tfds \\
-        --out_dir=runs/torch [--steps=160] [--precision=mixed_bfloat16]
-
-The same job as `horovodrun -np N python -m hvd_mnist.main --optimizer=adam --epochs=1
---max_steps_per_epoch=160 --noexport`: the same Conv32-Conv64-MaxPool-Dropout(0.25)-
-Dense128-Dropout(0.5)-Dense10 (1,199,882 weights, Keras's initialisation: glorot_uniform
-weights, zero biases), Adam(0.001 x workers, Keras's epsilon 1e-7), 128 images per worker
-per step, the decoded copy make data writes in the order hvd_mnist gives each rank
-(mnist_numpy.py,
-hvd_mnist/data/order.py), as many threads per process as hvd_mnist's default (cores / local
-workers), gradients averaged by DDP over Gloo, then each rank evaluates its share of the
-10,000 test images, the sums meet on every rank, and rank 0 saves a checkpoint.
+        --out_dir=runs/torch --launch_unix_time=$(date +%s.%N) [--precision=mixed_bfloat16]
 
 Rank 0 writes out_dir/summary.json with the keys the bench reads of hvd_mnist's (timing,
 peak_rss_mib_per_rank, test_accuracy, ...) and prints it as one line, `RESULT_PREFIX{json}`.
@@ -40,6 +32,8 @@ from tools.bench import mnist_numpy, steady_state
 
 RESULT_PREFIX = "torch_ddp result: "
 PRECISIONS = ("float32", "mixed_bfloat16")
+SEED = 42  # hvd_mnist's default --seed
+LEARNING_RATE = 0.001  # per worker: Adam's rate is this x workers
 
 
 def parse_flags(argv=None):
@@ -47,17 +41,12 @@ def parse_flags(argv=None):
     parser.add_argument("--data_dir", default="data/tfds", help="The prepared mnist (make data).")
     parser.add_argument("--out_dir", required=True, help="Where rank 0 writes the checkpoint "
                         "and summary.json.")
+    parser.add_argument("--launch_unix_time", type=float, required=True,
+                        help="When the launcher started, on the bench's clock.")
     parser.add_argument("--steps", type=int, default=160, help="Steps per worker (one epoch).")
     parser.add_argument("--batch_size", type=int, default=128, help="Images per worker per step.")
-    parser.add_argument("--learning_rate", type=float, default=0.001, help="Per worker; "
-                        "Adam's rate is this x workers.")
-    parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--precision", choices=PRECISIONS, default="float32",
                         help="mixed_bfloat16: forward and loss under torch.autocast(bfloat16).")
-    parser.add_argument("--threads_per_rank", type=int, default=0,
-                        help="0: cores / local workers, at least 1 (hvd_mnist's default).")
-    parser.add_argument("--launch_unix_time", type=float, default=0.0, help="When the "
-                        "launcher started (the bench's clock); 0: torchrun's start, from /proc.")
     parser.add_argument("--timeout_seconds", type=float, default=300,
                         help="A collective waiting longer fails the job instead of hanging.")
     return parser.parse_args(argv)
@@ -85,20 +74,6 @@ class MnistCnn(nn.Module):
         x = self.dropout1(F.max_pool2d(x, 2))
         x = self.dropout2(F.relu(self.dense1(torch.flatten(x, 1))))
         return self.dense2(x)
-
-
-def threads_per_rank(requested: int, local_size: int) -> int:
-    """hvd_mnist's rule (worker/runtime.py): the cores shared by the host's ranks."""
-    return requested or max(1, len(os.sched_getaffinity(0)) // local_size)
-
-
-def launcher_start_unix_time() -> float:
-    """When the parent process (torchrun) started, from /proc (clock ticks since boot)."""
-    with open(f"/proc/{os.getppid()}/stat") as f:
-        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as f:
-        boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    return boot + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def batch(images, labels, indices):
@@ -132,23 +107,22 @@ def evaluate(model, images, labels, indices, batch_size: int, precision: str) ->
 
 def main(args) -> None:
     wall_start = time.perf_counter()
-    launch_unix = args.launch_unix_time or launcher_start_unix_time()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_seconds))
     rank, size = dist.get_rank(), dist.get_world_size()
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    threads = threads_per_rank(args.threads_per_rank, local_size)
+    # hvd_mnist's default (worker/runtime.py): the cores shared by the host's ranks.
+    threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["LOCAL_WORLD_SIZE"]))
     torch.set_num_threads(threads)
 
     train_images, train_labels = mnist_numpy.load_split(args.data_dir, "train")
     test_images, test_labels = mnist_numpy.load_split(args.data_dir, "test")
     steps_indices = order.rank_batch_indices(
-        order.epoch_permutation(args.seed, 1, len(train_labels)), args.steps, args.batch_size,
+        order.epoch_permutation(SEED, 1, len(train_labels)), args.steps, args.batch_size,
         rank, size)
 
-    torch.manual_seed(args.seed)  # the same weights everywhere; DDP broadcasts rank 0's too
+    torch.manual_seed(SEED)  # the same weights everywhere; DDP broadcasts rank 0's too
     model = DistributedDataParallel(MnistCnn())  # DDP: averages gradients over Gloo
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate * size, eps=1e-7)
-    torch.manual_seed(args.seed + 1 + rank)  # each rank its own dropout masks
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE * size, eps=1e-7)
+    torch.manual_seed(SEED + 1 + rank)  # each rank its own dropout masks
 
     clock = StepClock(args.batch_size * size)
     clock.epoch_started()
@@ -186,7 +160,8 @@ def main(args) -> None:
             "train_seconds": train_seconds,
             "images_per_second": steady_state.images_per_second(
                 timing["window_images_per_second"]),
-            "launch_to_first_step_seconds": timing["first_step_unix_time"] - launch_unix,
+            "launch_to_first_step_seconds": (timing["first_step_unix_time"]
+                                             - args.launch_unix_time),
             "peak_rss_mib_per_rank": peak_rss, "host": socket.gethostname(), "timing": timing}
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
