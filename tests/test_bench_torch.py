@@ -205,7 +205,6 @@ def test_the_step_profiles_set_each_piece_of_both_frameworks_side_by_side():
 
 
 def test_a_probe_without_its_line_stops_the_profile_showing_its_output():
-    from tools.bench import step_profile
-    assert step_profile.last_json_line('PROBE {"a": 1}\nPROBE {"a": 2}\n', "PROBE ") == {"a": 2}
+    assert launch.last_json_line('PROBE {"a": 1}\nPROBE {"a": 2}\n', "PROBE ") == {"a": 2}
     with pytest.raises(SystemExit, match="no line starting with 'PROFILE ' in:\nTraceback"):
-        step_profile.last_json_line("Traceback (most recent call last):", "PROFILE ")
+        launch.last_json_line("Traceback (most recent call last):", "PROFILE ")

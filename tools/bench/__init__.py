@@ -7,7 +7,7 @@
     python -m tools.bench.elastic          make bench-elastic reports/elastic.json, elastic.md
     python -m tools.bench.scaling          make scaling       reports/scaling.json, scaling.md
 
-What the programs share: launch (hvd_mnist's launcher, and logged runs), training_run (one
-hvd_mnist run and its figures), steady_state (images/s from a run's windows, medians over
+What the programs share: launch (hvd_mnist's launcher, logged runs, an hvd_mnist run and
+what the bench reads of it), steady_state (images/s from a run's windows, medians over
 repeats), tables (rounding) and machine (the CPU a report names).
 """

@@ -216,20 +216,12 @@ def torch_op_profile(step, steps: int) -> list:
     return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common() if ms > 0]
 
 
-def last_json_line(output: str, prefix: str) -> dict:
-    """The JSON after `prefix` on the last line that starts with it; SystemExit without one."""
-    lines = [line for line in output.splitlines() if line.startswith(prefix)]
-    if not lines:
-        raise SystemExit(f"step_profile: no line starting with {prefix!r} in:\n{output[-2000:]}")
-    return json.loads(lines[-1][len(prefix):])
-
-
 def run(command: list, prefix: str) -> dict:
     result = launch.run(command, TIMEOUT_SECONDS, cwd=launch.REPO_ROOT)
     if result.returncode != 0:
         raise SystemExit(f"step_profile: failed ({result.returncode}): {' '.join(command)}\n"
                          + (result.stdout + result.stderr)[-3000:])
-    return last_json_line(result.stdout, prefix)
+    return launch.last_json_line(result.stdout, prefix)
 
 
 def measure(torch_python: str, min_seconds: float) -> dict:
@@ -248,28 +240,27 @@ def measure(torch_python: str, min_seconds: float) -> dict:
 
 def pieces_table(profile: dict) -> str:
     tf_, pt = profile["tensorflow"], profile["torch"]
-    rows = []
-    for a, b in zip(tf_["pieces"], pt["pieces"]):
-        rows.append([a["name"], *(tables.figure(v) for v in (
-            a["forward_ms"], a["backward_ms"], b["forward_ms"], b["backward_ms"])),
-            tables.ratio((a["forward_ms"] + a["backward_ms"])
-                         / (b["forward_ms"] + b["backward_ms"]))])
-    rows.append(["optimizer update (Adam)", tables.figure(tf_["optimizer_ms"]), "",
-                 tables.figure(pt["optimizer_ms"]), "",
-                 tables.ratio(tf_["optimizer_ms"] / pt["optimizer_ms"])])
+    f = tables.figure
+
+    def row(name, tf_ms, pt_ms, tf_backward=None, pt_backward=None) -> list:
+        """TF's and PyTorch's ms (a piece's forward, then its backward), and TF / PyTorch."""
+        ratio = (tf_ms + (tf_backward or 0)) / (pt_ms + (pt_backward or 0))
+        return [name, f(tf_ms), "" if tf_backward is None else f(tf_backward), f(pt_ms),
+                "" if pt_backward is None else f(pt_backward), tables.ratio(ratio)]
+
+    rows = [row(a["name"], a["forward_ms"], b["forward_ms"], a["backward_ms"], b["backward_ms"])
+            for a, b in zip(tf_["pieces"], pt["pieces"])]
     added = [sum(p["forward_ms"] + p["backward_ms"] for p in side["pieces"])
              + side["optimizer_ms"] for side in (tf_, pt)]
-    rows.append(["the pieces, each timed alone, added up", tables.figure(added[0]), "",
-                 tables.figure(added[1]), "", tables.ratio(added[0] / added[1])])
-    rows.append(["**the whole step**", tables.figure(tf_["step_ms"]), "",
-                 tables.figure(pt["step_ms"]), "", tables.ratio(tf_["step_ms"] / pt["step_ms"])])
     hvd, gloo = profile["horovod_allreduce"], profile["torch_allreduce"]
-    rows.append([f"allreduce of the gradients at -np 2 ({hvd['gradient_bytes'] / 1e6:.1f} MB; "
-                 "PyTorch: one flat buffer)", tables.figure(1e3 * hvd["allreduce_fp32_seconds"]),
-                 "", tables.figure(1e3 * gloo["allreduce_flat_seconds"]), "",
-                 tables.ratio(hvd["allreduce_fp32_seconds"] / gloo["allreduce_flat_seconds"])])
-    rows.append(["the same, PyTorch tensor by tensor", "", "",
-                 tables.figure(1e3 * gloo["allreduce_per_tensor_seconds"]), "", ""])
+    rows += [row("optimizer update (Adam)", tf_["optimizer_ms"], pt["optimizer_ms"]),
+             row("the pieces, each timed alone, added up", *added),
+             row("**the whole step**", tf_["step_ms"], pt["step_ms"]),
+             row(f"allreduce of the gradients at -np 2 ({hvd['gradient_bytes'] / 1e6:.1f} MB; "
+                 "PyTorch: one flat buffer)", 1e3 * hvd["allreduce_fp32_seconds"],
+                 1e3 * gloo["allreduce_flat_seconds"]),
+             ["the same, PyTorch tensor by tensor", "", "",
+              f(1e3 * gloo["allreduce_per_tensor_seconds"]), "", ""]]
     return tables.markdown([f"one thread, batch {tf_['batch']}", f"{tf_['framework']}: forward ms",
                             "backward ms", f"{pt['framework']}: forward ms", "backward ms",
                             "TF / PyTorch"], rows)
@@ -292,7 +283,6 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min_seconds", type=float, default=1.0,
                         help="Each piece is called for at least this long.")
-    parser.add_argument("--torch_venv", default=torch_venv.DEFAULT_VENV)
     parser.add_argument("--out", default="runs/bench/step_profile.json")
     half = parser.add_mutually_exclusive_group()
     half.add_argument("--tensorflow", action="store_true",
@@ -315,7 +305,7 @@ def main(argv=None) -> None:
               flush=True)
         return
     profile = {"machine": machine.description(), "date": machine.now(),
-               **measure(torch_venv.ensure(os.path.abspath(args.torch_venv)), args.min_seconds)}
+               **measure(torch_venv.ensure(), args.min_seconds)}
     profile["load_average_after"] = os.getloadavg()[0]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

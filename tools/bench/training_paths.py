@@ -5,7 +5,7 @@ and the training seconds each recipe and precision takes to reach 99.0% test acc
 import math
 import time
 
-from tools.bench import step_profile, steady_state, tables, training_run
+from tools.bench import launch, step_profile, steady_state, tables
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
@@ -48,8 +48,8 @@ def throughput_flags(np_: int, steps: int = THROUGHPUT_STEPS) -> list:
 
 
 def throughput_run(name: str, np_: int, run_flags: list, data_dir: str, out_dir: str) -> dict:
-    run = training_run.measure(name, np_, [*run_flags, *throughput_flags(np_), *QUIET],
-                               data_dir, out_dir, timeout_seconds=1800)
+    run = launch.train(name, np_, [*run_flags, *throughput_flags(np_), *QUIET],
+                       data_dir, out_dir, timeout_seconds=1800)
     print(f"{name}: {run['images_per_second']:.0f} images/s", flush=True)
     return run
 
@@ -102,8 +102,8 @@ def seconds_to_accuracy(curve: list, target: float = TARGET_ACCURACY):
 
 def accuracy_run(name: str, run_flags: list, data_dir: str, out_dir: str) -> dict:
     """One -np 2 run that stops at TARGET_ACCURACY."""
-    run = training_run.measure(name, 2, [*run_flags, f"--target_accuracy={TARGET_ACCURACY}",
-                                         *QUIET], data_dir, out_dir, timeout_seconds=3600)
+    run = launch.train(name, 2, [*run_flags, f"--target_accuracy={TARGET_ACCURACY}", *QUIET],
+                       data_dir, out_dir, timeout_seconds=3600)
     curve = accuracy_curve(run["summary"])
     seconds, epoch = seconds_to_accuracy(curve)
     return {"flags": run_flags, "training_seconds": seconds, "epoch": epoch, "curve": curve}

@@ -11,7 +11,7 @@ import os
 import resource
 import time
 
-from tools.bench import launch, steady_state, tables, training_run
+from tools.bench import launch, steady_state, tables
 
 STEPS = 160
 BATCH_SIZE = 128
@@ -52,11 +52,7 @@ def torchrun_command(np_: int, torch_python: str, *args,
 
 def parse_result(output: str) -> dict:
     """The summary rank 0 of torch_ddp.py prints as one line; SystemExit without one."""
-    for line in output.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    raise SystemExit("versus: no line starting with "
-                     f"{RESULT_PREFIX!r} in the PyTorch job's output")
+    return launch.last_json_line(output, RESULT_PREFIX)
 
 
 def figures(summary: dict, launch_unix: float, wall_seconds: float) -> dict:
@@ -106,7 +102,7 @@ def run_torch(np_, precision, out_dir, data_dir, torch_python):
 
 
 def run_hvd_mnist(np_, precision, out_dir, data_dir):
-    run = training_run.measure(f"hvd_mnist_{precision}_np{np_}", np_, [
+    run = launch.train(f"hvd_mnist_{precision}_np{np_}", np_, [
         "--optimizer=adam", "--learning_rate=0.001", f"--batch_size={BATCH_SIZE}", "--epochs=1",
         f"--max_steps_per_epoch={STEPS}", "--noexport", f"--precision={precision}"],
         data_dir, out_dir, TIMEOUT_SECONDS)
