@@ -60,16 +60,6 @@ def test_time_to_accuracy_is_the_training_seconds_of_the_first_epoch_at_the_targ
     assert training_paths.seconds_to_accuracy(curve[:1]) == (None, None)  # never reached
 
 
-def test_each_recipe_runs_in_each_precision_on_the_custom_loop_and_the_seed_on_fit():
-    assert training_paths.accuracy_runs(["float32", "mixed_bfloat16"]) == {
-        "seed_custom": ["--mode=custom", "--precision=float32"],
-        "seed_custom_mixed_bfloat16": ["--mode=custom", "--precision=mixed_bfloat16"],
-        "seed_keras": ["--mode=keras"],
-        "fast_custom": ["--mode=custom", "--recipe=fast", "--precision=float32"],
-        "fast_custom_mixed_bfloat16": ["--mode=custom", "--recipe=fast",
-                                       "--precision=mixed_bfloat16"]}
-
-
 def test_training_costs_forward_plus_both_gradients_except_the_images_gradient():
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())

@@ -2,20 +2,14 @@
 
     python -m tools.bench [--parts=paths,accuracy,versus,torch,limit] [--nps=1,2,4]
 
-Parts, in this order:
-  paths     hvd_mnist's step alone in this process (the practical limit), then the custom
-            loop and Keras fit at each --nps (training_paths.py);
-  accuracy  training seconds to 99.0% test accuracy at -np 2 of each recipe and precision,
-            and the curves as a PNG beside the report (training_paths.py);
-  versus    hvd_mnist against Horovod's own example (horovod_example.py) at each --nps;
-  torch     the same, with the same job in PyTorch DDP beside them (torch_ddp.py), in
-            float32 and bfloat16, in the PyTorch venv, made when missing (torch_venv.py);
-  limit     each precision against the machine's measured peak GFLOP/s (limit.py).
-Writes reports/bench.json and .md; a run of some parts only, reports/bench_<parts>.json and
-.md instead.
+Parts, in this order: paths (hvd_mnist's step alone, then the custom loop and Keras fit at
+each --nps) and accuracy (seconds to 99.0% at -np 2 of each recipe and precision), both in
+training_paths.py; versus (against Horovod's own example at each --nps) and torch (with the
+same job in PyTorch DDP beside them, in float32 and bfloat16), both in versus.py; limit
+(each precision against the machine's peak GFLOP/s, limit.py). Writes reports/bench.json
+and .md; a run of some parts only, reports/bench_<parts>.json and .md instead.
 """
 
-import json
 import os
 import shlex
 import sys
@@ -25,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from tools.bench import limit, machine, torch_venv, training_paths, versus  # noqa: E402
+from tools.bench import limit, machine, tables, torch_venv, training_paths, versus  # noqa: E402
 
 PARTS = ("paths", "accuracy", "versus", "torch", "limit")
 REPORT = "reports/bench.json"  # of a run of every part
@@ -90,9 +84,6 @@ def main(argv):
 
 def write_reports(path: str, results: dict) -> None:
     """The JSON report at path, and beside it (.md) every table of this run."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
     sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, "
                 f"{results['date']} ({results['bench_seconds']:.0f} s).", ""]
     if "throughput" in results:
@@ -106,10 +97,7 @@ def write_reports(path: str, results: dict) -> None:
         sections += [*versus.section(results["versus"]), ""]
     if "limit" in results:
         sections += [limit.table(results["limit"]), ""]
-    markdown_path = os.path.splitext(path)[0] + ".md"
-    with open(markdown_path, "w") as f:
-        f.write("\n".join(sections))
-    print("\n".join(sections))
+    markdown_path = tables.write(path, results, "\n".join(sections))
     print(f"bench: {results['bench_seconds']:.0f} s; wrote {path} and {markdown_path}")
 
 

@@ -48,11 +48,11 @@ def gloo() -> tuple:
     """(rank, figures) of PyTorch's all_reduce and average, one thread."""
     import torch
     import torch.distributed as dist
-    from tools.bench.torch_ddp import MnistCnn
+    from tools.bench.torch_ddp import mnist_cnn
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     size = dist.get_world_size()
-    gradients = [torch.randn_like(p) for p in MnistCnn().parameters()]
+    gradients = [torch.randn_like(p) for p in mnist_cnn().parameters()]
     flat = torch.cat([g.reshape(-1) for g in gradients])
 
     def per_tensor():

@@ -233,11 +233,7 @@ def main(argv):
               "discovery_cpu_seconds": discovery_cpu_seconds(
                   _hosts_env(out_dir)["HVD_MNIST_HOSTS_FILE"]),
               "throughput": throughput(out_dir), "recovery": recovery(out_dir)}
-    with open(FLAGS.report, "w") as f:
-        json.dump(report, f, indent=2)
-    with open(os.path.splitext(FLAGS.report)[0] + ".md", "w") as f:
-        f.write(markdown(report))
-    print(markdown(report))
+    tables.write(FLAGS.report, report, markdown(report))
 
 
 if __name__ == "__main__":

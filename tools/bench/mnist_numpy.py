@@ -1,11 +1,8 @@
-"""make data's decoded MNIST with numpy alone: what the PyTorch job (torch_ddp.py) reads, in a
-venv without TensorFlow (it orders it with hvd_mnist/data/order.py, numpy only too).
-
-The decoded copy (hvd_mnist/data/decoded.py) holds each array as a TensorFlow TensorProto
-(tf.io.serialize_tensor); its bytes are read here from the protobuf's few fields, never
-unpickled. Before reading, the same checks as hvd_mnist's reader: the TFDS record files and
-the copy's own files against the sizes and sha256s make data recorded (integrity.py, which
-needs no TensorFlow).
+"""make data's decoded MNIST with numpy alone, for the PyTorch job (torch_ddp.py) in a venv
+without TensorFlow. The decoded copy (hvd_mnist/data/decoded.py) holds each array as a
+TensorProto (tf.io.serialize_tensor), read here from the protobuf's few fields, never
+unpickled, after the checks hvd_mnist's reader makes: the TFDS record files and the copy's
+own files against the sizes and sha256s make data recorded (integrity.py, no TensorFlow).
 """
 
 import glob

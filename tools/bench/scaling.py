@@ -1,16 +1,10 @@
-"""make scaling: 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links.
-
-Runs on the test bed of tools/hosts.sh with each host pinned to its own core
-(a 1-core host, so both hosts together use the machine's 2 cores), the custom
-loop at the seed recipe's 128 images per worker, each lever on each link, and
-1 host x 1 worker on the same kind of core as the reference. Writes
-reports/scaling.json and reports/scaling.md.
-
-Images/s and step time come from each run's summary: steps 2..N (step 1 traces
-the function).
+"""make scaling: 2 hosts x 1 worker over unlimited, 1 Gbit/s and 100 Mbit/s links, each
+lever on each link, and 1 host x 1 worker as the reference; on the test bed of tools/hosts.sh
+with each host pinned to its own core (so both together use the machine's 2 cores). The
+custom loop at 128 images per worker; images/s and step time over steps 2..N of each run's
+summary (step 1 traces the function). Writes reports/scaling.json and reports/scaling.md.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +14,7 @@ import time
 from absl import app, flags
 
 from hvd_mnist.verification.launch import options
-from tools.bench import launch, machine, steady_state
+from tools.bench import launch, machine, steady_state, tables
 
 FLAGS = flags.FLAGS
 
@@ -109,13 +103,8 @@ def main(argv):
     report.update({"machine": machine.description(), "date": machine.now(),
                    "steps_per_run": args.steps, "batch_per_worker": BATCH, "delay": DELAY,
                    "wall_seconds": time.time() - started, "delay_applied": delay_applied})
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "scaling.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    with open(os.path.join(args.out, "scaling.md"), "w") as f:
-        f.write(markdown(report))
+    tables.write(os.path.join(args.out, "scaling.json"), report, markdown(report))
     print(f"scaling: wrote {args.out}/scaling.md ({report['wall_seconds']:.0f} s)")
-
 
 def analyse(baseline, rows):
     for row in rows:

@@ -149,27 +149,12 @@ def measure_tensorflow(min_seconds: float) -> dict:
             **timed(pieces, update, step, op_profile, min_seconds, tf_fetch)}
 
 
-def pieces_of(model):
-    """(name, function) of each piece of the forward pass, as Keras's layers split it (a
-    convolution's or dense layer's ReLU belongs to it)."""
-    import torch
-    import torch.nn.functional as F
-    return [("Conv2D(32)", lambda x: F.relu(model.conv1(x))),
-            ("Conv2D(64)", lambda x: F.relu(model.conv2(x))),
-            ("MaxPooling2D", lambda x: F.max_pool2d(x, 2)),
-            ("Dropout(0.25)", model.dropout1),
-            ("Flatten", lambda x: torch.flatten(x, 1)),
-            ("Dense(128)", lambda x: F.relu(model.dense1(x))),
-            ("Dropout(0.5)", model.dropout2),
-            ("Dense(10) and the loss", model.dense2)]
-
-
 def measure_torch(min_seconds: float) -> dict:
     import torch
     import torch.nn.functional as F
-    from tools.bench.torch_ddp import MnistCnn
+    from tools.bench.torch_ddp import mnist_cnn
     torch.manual_seed(0)
-    model = MnistCnn()
+    model = mnist_cnn()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
     images = torch.rand(BATCH, 1, 28, 28)
     labels = torch.randint(0, 10, (BATCH,))
@@ -181,10 +166,9 @@ def measure_torch(min_seconds: float) -> dict:
         optimizer.step()
 
     pieces, layer_input = [], images
-    named = pieces_of(model)
-    for index, (name, piece) in enumerate(named):
+    for index, (name, piece) in enumerate(zip(PIECES, model)):
         output = piece(layer_input).detach()
-        is_last = index == len(named) - 1
+        is_last = index == len(model) - 1
         upstream = torch.randn_like(output)
         x = layer_input.detach().requires_grad_(index > 0)
 
@@ -307,13 +291,10 @@ def main(argv=None) -> None:
     profile = {"machine": machine.description(), "date": machine.now(),
                **measure(torch_venv.ensure(), args.min_seconds)}
     profile["load_average_after"] = os.getloadavg()[0]
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(profile, f, indent=1)
-    print(f"{profile['machine']}, {profile['date']}; load average at the end "
-          f"{profile['load_average_after']:.1f}\n")
-    print(markdown(profile))
-    print(f"step_profile: wrote {args.out}")
+    markdown_path = tables.write(args.out, profile, (
+        f"{profile['machine']}, {profile['date']}; load average at the end "
+        f"{profile['load_average_after']:.1f}\n\n{markdown(profile)}"))
+    print(f"step_profile: wrote {args.out} and {markdown_path}")
 
 
 if __name__ == "__main__":

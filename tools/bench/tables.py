@@ -1,9 +1,11 @@
-"""How the bench's Markdown tables round: a figure of 100 or more (images/s, MiB) as a
-whole number, a smaller one (seconds, ratios) to 3 significant figures, so no cell
-claims more precision than run-to-run noise (a few percent) leaves; a missing figure
-as a dash."""
+"""How the bench writes a report: its JSON, and beside it the Markdown, whose tables round a
+figure of 100 or more (images/s, MiB) to a whole number and a smaller one (seconds, ratios)
+to 3 significant figures, so no cell claims more precision than run-to-run noise (a few
+percent) leaves; a missing figure is a dash."""
 
+import json
 import math
+import os
 
 MISSING = "–"
 
@@ -27,3 +29,16 @@ def markdown(header: list, rows: list) -> str:
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
+
+
+def write(json_path: str, results: dict, markdown_text: str) -> str:
+    """results as JSON at json_path and markdown_text beside it (.md), printed too; returns
+    the Markdown's path."""
+    os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=2)
+    markdown_path = os.path.splitext(json_path)[0] + ".md"
+    with open(markdown_path, "w") as f:
+        f.write(markdown_text)
+    print(markdown_text)
+    return markdown_path

@@ -52,28 +52,20 @@ def parse_flags(argv=None):
     return parser.parse_args(argv)
 
 
-class MnistCnn(nn.Module):
-    """hvd_mnist's model (training/model.py) on channels-first images; the softmax is in the
-    loss (cross_entropy of the logits)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3)
-        self.conv2 = nn.Conv2d(32, 64, 3)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dense1 = nn.Linear(64 * 12 * 12, 128)
-        self.dropout2 = nn.Dropout(0.5)
-        self.dense2 = nn.Linear(128, 10)
-        for layer in (self.conv1, self.conv2, self.dense1, self.dense2):
+def mnist_cnn() -> nn.Sequential:
+    """hvd_mnist's model (training/model.py) on channels-first images, a module per Keras
+    layer (a convolution's or dense layer's ReLU with it); the softmax is in the loss
+    (cross_entropy of the logits)."""
+    model = nn.Sequential(nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU()),
+                          nn.Sequential(nn.Conv2d(32, 64, 3), nn.ReLU()),
+                          nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(),
+                          nn.Sequential(nn.Linear(64 * 12 * 12, 128), nn.ReLU()),
+                          nn.Dropout(0.5), nn.Linear(128, 10))
+    for layer in model.modules():
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_uniform_(layer.weight)  # Keras's glorot_uniform: the same fans
             nn.init.zeros_(layer.bias)
-
-    def forward(self, images):
-        x = F.relu(self.conv1(images))
-        x = F.relu(self.conv2(x))
-        x = self.dropout1(F.max_pool2d(x, 2))
-        x = self.dropout2(F.relu(self.dense1(torch.flatten(x, 1))))
-        return self.dense2(x)
+    return model
 
 
 def batch(images, labels, indices):
@@ -120,7 +112,7 @@ def main(args) -> None:
         rank, size)
 
     torch.manual_seed(SEED)  # the same weights everywhere; DDP broadcasts rank 0's too
-    model = DistributedDataParallel(MnistCnn())  # DDP: averages gradients over Gloo
+    model = DistributedDataParallel(mnist_cnn())  # DDP: averages gradients over Gloo
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE * size, eps=1e-7)
     torch.manual_seed(SEED + 1 + rank)  # each rank its own dropout masks
 

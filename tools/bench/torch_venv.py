@@ -1,12 +1,11 @@
-"""The venv the PyTorch side of make bench runs in (.venv-torch): Python 3.11 and the pins of
-tools/pins/torch.txt (PyTorch's CPU build), made when missing, checked when present.
+"""The venv the PyTorch side of make bench runs in (.venv-torch): the pins of
+tools/pins/torch.txt (PyTorch's CPU build) with a Python its "# pythons:" line allows,
+looked for as tools/setup_python.sh looks (python3.X on PATH, then pyenv's versions).
 
     python -m tools.bench.torch_venv [--venv=.venv-torch]      (make torch-venv)
 
 A stamp beside the venv records the pins it was made from, so a changed pin makes it again
-and a venv cut short by a failed install is never taken as whole. Python 3.11 because that is
-the CPU build this machine's pip finds without a download; it is looked for as python3.11 on
-PATH, then in pyenv's versions, as tools/setup_python.sh looks for the main venv's Python.
+and a venv cut short by a failed install is never taken as whole.
 """
 
 import argparse

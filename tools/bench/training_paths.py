@@ -9,7 +9,13 @@ from tools.bench import launch, step_profile, steady_state, tables
 
 THROUGHPUT_STEPS = 140  # per run: 7 windows, the first of which is dropped
 TARGET_ACCURACY = 0.99
-ACCURACY_PRECISIONS = ("float32", "mixed_bfloat16")  # of the custom loop's runs
+# Part accuracy's runs: each recipe on the custom loop in each precision; the seed on fit.
+ACCURACY_RUNS = {
+    "seed_custom": ["--mode=custom", "--precision=float32"],
+    "seed_custom_mixed_bfloat16": ["--mode=custom", "--precision=mixed_bfloat16"],
+    "seed_keras": ["--mode=keras"],
+    "fast_custom": ["--mode=custom", "--recipe=fast", "--precision=float32"],
+    "fast_custom_mixed_bfloat16": ["--mode=custom", "--recipe=fast", "--precision=mixed_bfloat16"]}
 BATCH_SIZE = 128
 QUIET = ["--log_every=0"]
 
@@ -109,27 +115,11 @@ def accuracy_run(name: str, run_flags: list, data_dir: str, out_dir: str) -> dic
     return {"flags": run_flags, "training_seconds": seconds, "epoch": epoch, "curve": curve}
 
 
-RECIPES = {"seed": [], "fast": ["--recipe=fast"]}
-
-
-def accuracy_runs(precisions: list) -> dict:
-    """{name: flags}: each recipe on the custom loop in each precision; the seed on fit."""
-    runs = {}
-    for recipe, recipe_flags in RECIPES.items():
-        for precision in precisions:
-            suffix = "" if precision == "float32" else f"_{precision}"
-            runs[f"{recipe}_custom{suffix}"] = ["--mode=custom", *recipe_flags,
-                                                f"--precision={precision}"]
-        if recipe == "seed":
-            runs["seed_keras"] = ["--mode=keras"]
-    return runs
-
-
 def time_to_accuracy(data_dir: str, out_dir: str) -> dict:
     """Part "accuracy" at -np 2: each run's training seconds to 99.0%, and over the seed
     recipe's on the custom loop in float32."""
     out = {}
-    for name, run_flags in accuracy_runs(ACCURACY_PRECISIONS).items():
+    for name, run_flags in ACCURACY_RUNS.items():
         out[name] = accuracy_run(f"accuracy_{name}", run_flags, data_dir, out_dir)
         print(f"time to {TARGET_ACCURACY:.1%} at -np 2, {name}: "
               f"{out[name]['training_seconds']} s (epoch {out[name]['epoch']})", flush=True)
