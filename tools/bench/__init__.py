@@ -7,7 +7,6 @@
     python -m tools.bench.elastic          make bench-elastic reports/elastic.json, elastic.md
     python -m tools.bench.scaling          make scaling       reports/scaling.json, scaling.md
 
-What the programs share: launch (hvd_mnist's launcher, logged runs, an hvd_mnist run and
-what the bench reads of it), steady_state (images/s from a run's windows, medians over
-repeats), tables (rounding) and machine (the CPU a report names).
+What they share: launch (running a job, and what the bench reads of it), steady_state
+(images/s from a run's windows), tables (how a report is written) and machine (its CPU).
 """

@@ -124,15 +124,14 @@ def throughput(out_dir: str) -> dict:
             print(f"bench: {variant} run {repeat}: "
                   f"{runs[variant][-1]['images_per_second']:.0f} images/s", flush=True)
     medians = {variant: steady_state.median_of_runs(rs) for variant, rs in runs.items()}
-    normal = medians["normal"]["images_per_second"]
+    over_normal = lambda key: {v: m[key] / medians["normal"][key]  # noqa: E731
+                               for v, m in medians.items()}
     return {
         "images_per_second": {v: [r["images_per_second"] for r in rs]
                               for v, rs in runs.items()},
         "medians": medians,
-        "over_normal": {v: m["images_per_second"] / normal for v, m in medians.items()},
-        "training_over_normal": {
-            v: m["training_images_per_second"] / medians["normal"]["training_images_per_second"]
-            for v, m in medians.items()},
+        "over_normal": over_normal("images_per_second"),
+        "training_over_normal": over_normal("training_images_per_second"),
         # Share of the elastic runs' training seconds spent in commits.
         "commit_share": {v: m["commit_seconds"] / m["train_seconds"]
                          for v, m in medians.items() if "commit_seconds" in m},

@@ -71,16 +71,12 @@ def measure(results: dict, nps: list, data_dir: str, out_dir: str) -> dict:
     return out
 
 
-def percent(fraction) -> str:
-    return tables.MISSING if fraction is None else f"{100 * fraction:.0f}%"
-
-
 def table(results: dict) -> str:
     f, cost = tables.figure, results["flops_per_image"]
     layers = ", ".join(f"{name} {value / 1e6:.2f}" for name, value in
                        cost["per_layer_forward"].items())
     rows = [[name, f(run["images_per_second"]), f(run["gflops"]),
-             percent(run["fraction_of_peak"])] for name, run in results["runs"].items()]
+             f"{100 * run['fraction_of_peak']:.0f}%"] for name, run in results["runs"].items()]
     rows += [[precision, tables.MISSING, tables.MISSING, reason]
              for precision, reason in results["skipped"].items()]
     return "\n".join([

@@ -1,15 +1,15 @@
 """make step-profile: where one training step's time goes in TensorFlow and in PyTorch, side by
 side: one process, one thread, a synthetic batch of 128, the model and Adam of versus.py's
-job; then the gradients' allreduce at -np 2 under Horovod and over Gloo (allreduce_probe.py).
+job; then the gradients' allreduce at -np 2 under Horovod and over Gloo.
 
     python -m tools.bench.step_profile [--min_seconds=1] [--out=runs/bench/step_profile.json]
 
-Each half runs in a process of its own: `--tensorflow` here (hvd_mnist's model and step as a
-one-rank Horovod job), `--torch` in the PyTorch venv (torch_ddp.py's model). Each times
-every layer's forward (in training mode, so dropout draws its mask), its forward and
-backward together (the backward is their difference, driven by a fixed upstream gradient),
-Adam's update of fixed gradients and the whole step; then its framework's profiler gives
-each op's time over PROFILED_STEPS steps. A figure for the record wants a quiet machine.
+Each half runs in a process of its own, `--only=tensorflow` here (hvd_mnist's model and step
+as a one-rank Horovod job) and `--only=torch` in the PyTorch venv, and times every layer's
+forward (in training mode: dropout draws its mask), its forward and backward (driven by a
+fixed upstream gradient; the backward is the difference), Adam's update and the whole step;
+then its framework's profiler gives each op's time. The allreduces run under horovodrun and
+torchrun.
 """
 
 import argparse
@@ -17,6 +17,7 @@ import collections
 import glob
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ import time
 from tools.bench import launch, machine, tables, torch_venv, versus
 
 TIMEOUT_SECONDS = 900
+WARMUP, REPEATS = 3, 15  # of each allreduce
 TOP_OPS = 12
 BATCH = 128
 PROFILED_STEPS = 10
@@ -200,6 +202,67 @@ def torch_op_profile(step, steps: int) -> list:
     return [{"op": op, "ms_per_step": ms} for op, ms in totals.most_common() if ms > 0]
 
 
+def median_seconds(function, barrier) -> float:
+    """Median seconds of REPEATS calls after WARMUP, each after a barrier, so that no rank's
+    wait for the other is counted."""
+    seconds = []
+    for repeat in range(WARMUP + REPEATS):
+        barrier()
+        start = time.perf_counter()
+        function()
+        if repeat >= WARMUP:
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def horovod_allreduce() -> tuple:
+    """(rank, figures) of Horovod's grouped allreduce of tensors of the model's gradients'
+    shapes, one TF thread as the halves have."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+    from hvd_mnist.training import model as model_lib
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    gradients = [tf.random.normal(v.shape) for v in model_lib.build_model().trainable_variables]
+    # The gradients go in as arguments: Horovod names its ops after symbolic tensors.
+    allreduce = tf.function(lambda *tensors: hvd.grouped_allreduce(list(tensors), op=hvd.Average))
+    seconds = median_seconds(lambda: [t.numpy() for t in allreduce(*gradients)],
+                             lambda: hvd.allreduce(tf.constant(0.0), name="barrier").numpy())
+    return hvd.rank(), {"gradient_bytes": sum(g.numpy().nbytes for g in gradients),
+                        "allreduce_fp32_seconds": seconds}
+
+
+def gloo_allreduce() -> tuple:
+    """(rank, figures) of PyTorch's all_reduce and average of the same bytes over Gloo, one
+    thread: as one flat buffer (DDP's one 25 MB bucket holds them all) and tensor by tensor."""
+    import torch
+    import torch.distributed as dist
+    from tools.bench.torch_ddp import mnist_cnn
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    size = dist.get_world_size()
+    gradients = [torch.randn_like(p) for p in mnist_cnn().parameters()]
+    flat = torch.cat([g.reshape(-1) for g in gradients])
+
+    def per_tensor():
+        for gradient in gradients:
+            dist.all_reduce(gradient)
+            gradient.div_(size)
+
+    result = {"ranks": size, "gradient_bytes": flat.numel() * flat.element_size(),
+              "allreduce_flat_seconds": median_seconds(
+                  lambda: dist.all_reduce(flat) or flat.div_(size), dist.barrier),
+              "allreduce_per_tensor_seconds": median_seconds(per_tensor, dist.barrier)}
+    rank = dist.get_rank()
+    dist.destroy_process_group()
+    return rank, result
+
+
+
+ALLREDUCES = {"horovod_allreduce": horovod_allreduce, "gloo_allreduce": gloo_allreduce}
+
+
 def run(command: list, prefix: str) -> dict:
     result = launch.run(command, TIMEOUT_SECONDS, cwd=launch.REPO_ROOT)
     if result.returncode != 0:
@@ -211,14 +274,15 @@ def run(command: list, prefix: str) -> dict:
 def measure(torch_python: str, min_seconds: float) -> dict:
     seconds = f"--min_seconds={min_seconds}"
     return {
-        "tensorflow": run(launch.python_module("tools.bench.step_profile", "--tensorflow",
+        "tensorflow": run(launch.python_module("tools.bench.step_profile", "--only=tensorflow",
                                                seconds), "PROFILE "),
-        "torch": run(launch.python_module("tools.bench.step_profile", "--torch", seconds,
+        "torch": run(launch.python_module("tools.bench.step_profile", "--only=torch", seconds,
                                           python=torch_python), "PROFILE "),
-        "horovod_allreduce": run(launch.horovodrun_command(
-            2, launch.python_module("tools.bench.allreduce_probe")), "[0]<stdout>:PROBE "),
+        "horovod_allreduce": run(launch.horovodrun_command(2, launch.python_module(
+            "tools.bench.step_profile", "--only=horovod_allreduce")), "[0]<stdout>:PROBE "),
         "torch_allreduce": run(versus.torchrun_command(
-            2, torch_python, "--torch", module="tools.bench.allreduce_probe"), "PROBE "),
+            2, torch_python, "--only=gloo_allreduce", module="tools.bench.step_profile"),
+            "PROBE "),
     }
 
 
@@ -268,15 +332,18 @@ def main(argv=None) -> None:
     parser.add_argument("--min_seconds", type=float, default=1.0,
                         help="Each piece is called for at least this long.")
     parser.add_argument("--out", default="runs/bench/step_profile.json")
-    half = parser.add_mutually_exclusive_group()
-    half.add_argument("--tensorflow", action="store_true",
-                      help="Only the TensorFlow half, printed as one JSON line.")
-    half.add_argument("--torch", action="store_true",
-                      help="Only the PyTorch half (in the PyTorch venv), one JSON line.")
+    parser.add_argument("--only", choices=("tensorflow", "torch", *ALLREDUCES),
+                        help="One part alone, as one JSON line: a half in this process (torch: "
+                        "the PyTorch venv's), an allreduce under horovodrun or torchrun.")
     args = parser.parse_args(argv)
-    if args.tensorflow or args.torch:
+    if args.only in ALLREDUCES:
+        rank, figures = ALLREDUCES[args.only]()
+        if rank == 0:
+            print("PROBE " + json.dumps(figures), flush=True)
+        return
+    if args.only:
         started = time.perf_counter()
-        if args.tensorflow:
+        if args.only == "tensorflow":
             import tensorflow as tf
             tf.config.threading.set_intra_op_parallelism_threads(1)  # before the first op
             tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -13,7 +13,6 @@ import glob
 import os
 import shutil
 import subprocess
-import sys
 
 from tools.bench import launch
 
@@ -92,4 +91,3 @@ if __name__ == "__main__":
     parser.add_argument("--venv", default=DEFAULT_VENV)
     venv_python = ensure(os.path.abspath(parser.parse_args().venv))
     print(f"torch_venv: {venv_python}: {versions(venv_python)}")
-    sys.exit(0)
