@@ -147,7 +147,8 @@ bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
 
 # One training step taken apart, TensorFlow beside PyTorch, one thread, and the gradients'
-# allreduce at -np 2 under Horovod and Gloo (tools/bench/step_profile.py); prints the tables.
+# allreduce at -np 2 under Horovod and Gloo (tools/bench/step_profile.py); prints the tables
+# and writes them, with every figure, to runs/bench/step_profile.md and .json.
 step-profile: $(SETUP_STAMP)
 	$(BIN)/python -m tools.bench.step_profile
 

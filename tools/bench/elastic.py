@@ -3,15 +3,13 @@ one, on one machine (docs/elastic.md, What it costs).
 
     python -m tools.bench.elastic [--repeats=5]    (~7 min on 2 cores)
 
-Throughput: the same short custom-loop run at -np 2, "normal" (horovodrun -H localhost:2)
-and "elastic" (horovodrun --elastic on two one-slot hosts, ELASTIC_HOSTS, with
---threads_per_rank=1), taking turns so that a change in the machine's load hits both alike;
-medians of steady images/s (steady_state.py), of training images/s (summary.json's, the
-first step's tracing included: the windows leave out what happens between them, which is not
-the same on both paths) and of the elastic runs' time in commits.
-Recovery: an elastic run with --example_log (through tests/with_aids.py, whose testing aid
-it is); rank 1 is SIGKILLed after its first commit, and the log gives the seconds from the
-kill to the survivor's first step and commit, and where it restarted.
+Throughput: the same short custom-loop run at -np 2, "normal" and "elastic" (on two
+one-slot hosts, ELASTIC_HOSTS, with --threads_per_rank=1), taking turns so that a change in
+the machine's load hits both alike; medians of steady images/s (steady_state.py), of
+training images/s (summary.json's, tracing included: the windows leave out what happens
+between them, not the same on both paths) and of the elastic runs' time in commits.
+Recovery: rank 1 of an elastic run with --example_log (tests/with_aids.py) SIGKILLed after
+its first commit; the seconds to the survivor's first step and commit, and where it restarted.
 Discovery: the CPU seconds of one call of tools/discover_hosts.sh made as horovodrun's
 elastic driver makes it, about once a second for the whole job.
 """
@@ -37,13 +35,12 @@ DISCOVER = os.path.join(launch.REPO_ROOT, "tools", "discover_hosts.sh")
 WITH_AIDS = os.path.join(launch.REPO_ROOT, "tests", "with_aids.py")
 ELASTIC_HOSTS = ("localhost:1", "127.0.0.1:1")
 VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"]}
+REPORT = "reports/elastic.json"  # and .md beside it
 
 
 def define_flags():
     flags.DEFINE_string("data_dir", "data/tfds", "The prepared mnist (make data).")
     flags.DEFINE_string("out_dir", "runs/bench_elastic", "Where the runs and their logs go.")
-    flags.DEFINE_string("report", "reports/elastic.json", "The JSON report; the Markdown "
-                        "goes beside it (.md).")
     flags.DEFINE_list("run_flags", ["--epochs=2", "--max_steps_per_epoch=60", "--batch_size=128",
                                     "--log_every=0"], "hvd_mnist.main flags of every run.")
     flags.DEFINE_integer("repeats", 5, "Runs of each variant, taking turns.", lower_bound=1)
@@ -232,7 +229,7 @@ def main(argv):
               "discovery_cpu_seconds": discovery_cpu_seconds(
                   _hosts_env(out_dir)["HVD_MNIST_HOSTS_FILE"]),
               "throughput": throughput(out_dir), "recovery": recovery(out_dir)}
-    tables.write(FLAGS.report, report, markdown(report))
+    tables.write(REPORT, report, markdown(report))
 
 
 if __name__ == "__main__":

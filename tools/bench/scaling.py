@@ -7,7 +7,6 @@ summary (step 1 traces the function). Writes reports/scaling.json and reports/sc
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -29,6 +28,7 @@ K = 4
 LEVERS = {"none": [], "fp16": ["--fp16_allreduce"], f"K={K}": [f"--backward_passes_per_step={K}"],
           f"fp16+K={K}": ["--fp16_allreduce", f"--backward_passes_per_step={K}"]}
 
+
 def hosts(*args):
     result = subprocess.run([HOSTS_TOOL, *args], capture_output=True, text=True,
                             env={**os.environ, **BED_ENV})
@@ -37,24 +37,19 @@ def hosts(*args):
     return result.stdout + result.stderr
 
 
-def on_hosts(host_slots, np_, command, log_path, timeout=600):
-    # One host: horovodrun wants its loopback interface.
-    flags = options(network_interface="eth0" if "," in host_slots else "lo", **SSH)
-    rc, _ = launch.run_logged(
-        [HOSTS_TOOL, "exec", "hostA",
-         *launch.horovodrun_command(np_, command, hosts=host_slots, flags=flags)],
-        log_path, timeout, env=BED_ENV)
-    if rc != 0:
-        raise SystemExit(f"scaling: run failed (exit {rc}), see {log_path}")
-
-
 def train(work, name, host_slots, np_, steps, flags, data_dir):
     model_dir = os.path.join(work, name.replace(" ", "_").replace("/", ""))
-    on_hosts(host_slots, np_, [sys.executable, "-m", "hvd_mnist.main", f"--data_dir={data_dir}",
-                               f"--model_dir={model_dir}", "--epochs=1",
-                               f"--max_steps_per_epoch={steps}", "--log_every=0",
-                               f"--batch_size={BATCH}", *flags],
-             model_dir + ".log")
+    program = launch.python_module("hvd_mnist.main", f"--data_dir={data_dir}",
+                                   f"--model_dir={model_dir}", "--epochs=1",
+                                   f"--max_steps_per_epoch={steps}", "--log_every=0",
+                                   f"--batch_size={BATCH}", *flags)
+    # One host: horovodrun wants its loopback interface.
+    horovodrun_options = options(network_interface="eth0" if "," in host_slots else "lo", **SSH)
+    rc, _ = launch.run_logged([HOSTS_TOOL, "exec", "hostA", *launch.horovodrun_command(
+        np_, program, hosts=host_slots, flags=horovodrun_options)], model_dir + ".log", 600,
+        env=BED_ENV)
+    if rc != 0:
+        raise SystemExit(f"scaling: run failed (exit {rc}), see {model_dir}.log")
     summary = launch.read_summary(model_dir)
     timing = summary["timing"]
     step_seconds = steady_state.seconds_per_step_after_first(

@@ -1,12 +1,10 @@
-"""What steady state means for every images/s figure of the bench, in one place.
-
-The trainers count images/s over windows of WINDOW_STEPS steps (hvd_mnist/outputs/
-timing.py). The first window holds tracing and warm-up, so a run's rate is the median
-of the windows after it (a run of one window keeps it: a smoke run). A program that
-records when each step ended (Horovod's example) is cut into the same windows. A run
-too short for windows (make scaling: 40 steps a run) is timed from its first step's end
-to its last's. Repeated runs: the median of each figure.
-"""
+"""What steady state means for every images/s figure of the bench, in one place. The
+trainers count images/s over windows of WINDOW_STEPS steps (hvd_mnist/outputs/timing.py).
+The first window holds tracing and warm-up, so a run's rate is the median of the windows
+after it (a smoke run of one window keeps it). A program that records when each step ended
+(Horovod's example) is cut into the same windows. A run too short for windows (make
+scaling: 40 steps) is timed from its first step's end to its last's. Repeated runs: the
+median of each figure."""
 
 import math
 import statistics

@@ -8,6 +8,7 @@ programs taking turns; each figure's median, and hvd_mnist's over the others'.
 
 import json
 import os
+import pathlib
 import resource
 import time
 
@@ -56,7 +57,7 @@ def parse_result(output: str) -> dict:
 
 
 def figures(summary: dict, launch_unix: float, wall_seconds: float) -> dict:
-    """The row of one run: what part 5 reports of hvd_mnist, from a torch_ddp summary."""
+    """The row of one PyTorch run from its summary: what run_hvd_mnist reads of hvd_mnist's."""
     return {"wall_seconds": wall_seconds,
             "images_per_second": summary["images_per_second"],
             "launch_to_first_step_seconds": summary["timing"]["first_step_unix_time"] - launch_unix,
@@ -73,10 +74,8 @@ def run_example(np_, out_dir, idx_dir):
         f"--steps={STEPS}", f"--out_dir={run_dir}"), run_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
         raise SystemExit(f"versus: the example failed ({rc}); see {run_dir}.log")
-    ranks = []
-    for rank in range(np_):
-        with open(os.path.join(run_dir, f"rank{rank}.json")) as f:
-            ranks.append(json.load(f))
+    ranks = [json.loads(pathlib.Path(run_dir, f"rank{rank}.json").read_text())
+             for rank in range(np_)]
     times = ranks[0]["step_unix_times"]
     return {"wall_seconds": seconds,
             "images_per_second": steady_state.images_per_second(
@@ -106,8 +105,7 @@ def run_hvd_mnist(np_, precision, out_dir, data_dir):
         "--optimizer=adam", "--learning_rate=0.001", f"--batch_size={BATCH_SIZE}", "--epochs=1",
         f"--max_steps_per_epoch={STEPS}", "--noexport", f"--precision={precision}"],
         data_dir, out_dir, TIMEOUT_SECONDS)
-    return {**{key: run[key] for key in ("wall_seconds", "images_per_second",
-                                         "launch_to_first_step_seconds", "peak_rss_mib")},
+    return {**{key: run[key] for key in KEYS if key in run},  # all but cpu_seconds
             "test_accuracy": run["summary"]["test_accuracy"]}
 
 
