@@ -58,10 +58,9 @@ def last_json_line(output: str, prefix: str) -> dict:
 
 def train(name: str, np_: int, flags: list, data_dir: str, out_dir: str,
           timeout_seconds: float) -> dict:
-    """`python -m hvd_mnist.main --data_dir --model_dir=out_dir/name flags...` on np_ ranks,
-    its log in out_dir/name.log, and what the bench reads of its summary.json: steady
-    images/s, peak resident memory per rank, and the seconds from launching horovodrun to
-    rank 0's first finished step. Exits with one line if the run fails."""
+    """`python -m hvd_mnist.main --model_dir=out_dir/name flags...` on np_ ranks, logged to
+    out_dir/name.log, and what the bench reads of its summary.json: steady images/s, peak
+    RSS per rank, seconds from launch to rank 0's first step. Exits with one line if it fails."""
     model_dir = os.path.abspath(os.path.join(out_dir, name))
     log_path = os.path.join(out_dir, f"{name}.log")
     program = python_module("hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",

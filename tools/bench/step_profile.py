@@ -1,6 +1,7 @@
-"""make step-profile: where one training step's time goes in TensorFlow and in PyTorch, side by
-side: one process, one thread, a synthetic batch of 128, the model and Adam of versus.py's
-job; then the gradients' allreduce at -np 2 under Horovod and over Gloo.
+"""make step-profile: where one training step's time goes, TensorFlow beside PyTorch.
+
+One process, one thread, a synthetic batch of 128, the model and Adam of versus.py's job;
+then the gradients' allreduce at -np 2 under Horovod and over Gloo.
 
     python -m tools.bench.step_profile [--min_seconds=1] [--out=runs/bench/step_profile.json]
 

@@ -32,8 +32,7 @@ def markdown(header: list, rows: list) -> str:
 
 
 def write(json_path: str, results: dict, markdown_text: str) -> str:
-    """results as JSON at json_path and markdown_text beside it (.md), printed too; returns
-    the Markdown's path."""
+    """results as JSON at json_path, markdown_text beside it (.md) and printed; its path."""
     os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
     with open(json_path, "w") as f:
         json.dump(results, f, indent=2)

@@ -1,8 +1,9 @@
-"""The venv the PyTorch side of make bench runs in (.venv-torch): the pins of
-tools/pins/torch.txt (PyTorch's CPU build) with a Python its "# pythons:" line allows, found
-as tools/setup_python.sh finds one (python3.X on PATH, then pyenv's versions). A stamp beside
-the venv records the pins it was made from, so a changed pin makes it again and a venv cut
-short by a failed install is never taken as whole.
+"""The venv the PyTorch side of make bench runs in (.venv-torch), made when missing.
+
+The pins of tools/pins/torch.txt (PyTorch's CPU build) with a Python its "# pythons:" line
+allows, found as tools/setup_python.sh finds one (python3.X on PATH, then pyenv's versions).
+A stamp beside the venv records the pins it was made from, so a changed pin makes it again
+and a venv cut short by a failed install is never taken as whole.
 
     python -m tools.bench.torch_venv [--venv=.venv-torch]      (make torch-venv)
 """
