@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (BIN_DIR, HOROVOD_TEST_ENV, TINY_TEST, TINY_TRAIN, load_weights,
-                      trainer_command)
+from conftest import HOROVOD_TEST_ENV, TINY_TEST, TINY_TRAIN, load_weights, trainer_command
+from hvd_mnist.verification import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISCOVER = os.path.join(ROOT, "tools", "discover_hosts.sh")
@@ -34,20 +34,19 @@ def write_hosts(path, hosts):
 
 
 def start_elastic(tiny_data_dir, model_dir, hosts_file, *extra, np_=2, fault=None):
-    """An elastic horovodrun (1 to 2 workers) in the background; its output in model_dir."""
+    """An elastic horovodrun (np_ workers to start, then 1 to 2) in the background; its
+    output in model_dir."""
     trainer = trainer_command(f"--data_dir={tiny_data_dir}", f"--model_dir={model_dir}",
                               "--elastic", f"--example_log={model_dir}/examples",
                               f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
     if fault:
         trainer = [sys.executable, WITH_FAULT, *trainer[2:]]
-    command = [os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_), "--min-np", "1",
-               "--max-np", "2", "--host-discovery-script", DISCOVER, "--network-interface",
-               "lo", "--elastic-timeout", "60", *trainer]
     env = {**os.environ, **HOROVOD_TEST_ENV, "HVD_MNIST_HOSTS_FILE": str(hosts_file)}
     if fault:
         env["HVD_MNIST_TEST_FAULT"] = fault
     output = open(model_dir / "horovodrun.log", "w")
-    return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True,
+    return subprocess.Popen(launch.elastic_command(np_, len(HOSTS), DISCOVER, trainer),
+                            stdout=output, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT)
 
 

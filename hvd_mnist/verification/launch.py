@@ -1,5 +1,6 @@
-"""The one way hvd_mnist's tools start a Horovod job: the `horovodrun` command line and its
-environment, for verify (agreement.py), the tests (tests/conftest.py) and the bench.
+"""The one way hvd_mnist's tools start a Horovod job: the `horovodrun` command line (static
+or elastic) and its environment, for verify (agreement.py), the tests (tests/conftest.py,
+tests/elastic_jobs.py) and the bench.
 
 The environment has Horovod's stall check on, so a stalled rank ends the job within
 minutes instead of hanging it. Precedence, lowest first: DEFAULT_ENV, then this process's
@@ -42,6 +43,19 @@ def horovodrun_command(np_: int, program: list, hosts: str = "", flags=None,
     defaults to localhost:N, flags to options()."""
     return [os.path.join(bin_dir, "horovodrun"), "-np", str(np_), "-H",
             hosts or f"localhost:{np_}", *(options() if flags is None else flags), *program]
+
+
+def elastic_command(np_: int, max_np: int, discovery_script: str, program: list,
+                    flags=None, bin_dir: str = BIN_DIR) -> list:
+    """`horovodrun` elastic: np_ workers to start, then 1 to max_np as the hosts that
+    discovery_script prints come and go. flags default to options() on the loopback
+    interface, for hosts that are this machine's names for itself (localhost, 127.0.0.1).
+    Elastic horovodrun runs Gloo whatever the controller flag; --gloo only says so."""
+    return [os.path.join(bin_dir, "horovodrun"), "-np", str(np_), "--min-np", "1",
+            "--max-np", str(max_np), "--host-discovery-script", discovery_script,
+            # After a reset the workers have a minute to meet again, not horovodrun's ten.
+            "--elastic-timeout", "60",
+            *(options(network_interface="lo") if flags is None else flags), *program]
 
 
 def environment(env=None) -> dict:

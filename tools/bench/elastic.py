@@ -47,11 +47,9 @@ def define_flags():
     flags.DEFINE_float("timeout", 900, "Seconds before a run counts as hung.")
 
 
-def elastic_command(program: list, np_: int = 2) -> list:
-    """horovodrun --elastic on ELASTIC_HOSTS (tools/discover_hosts.sh reads the file)."""
-    return [os.path.join(launch.BIN_DIR, "horovodrun"), "-np", str(np_), "--min-np", "1",
-            "--max-np", str(np_), "--host-discovery-script", DISCOVER,
-            "--network-interface", "lo", "--elastic-timeout", "60", "--gloo", *program]
+def elastic_command(program: list) -> list:
+    """Elastic horovodrun at -np 2 on ELASTIC_HOSTS (tools/discover_hosts.sh reads the file)."""
+    return launch.elastic_command(2, len(ELASTIC_HOSTS), DISCOVER, program)
 
 
 def _hosts_env(out_dir: str) -> dict:

@@ -10,7 +10,7 @@ import sys
 import time
 
 from hvd_mnist.verification.launch import (  # noqa: F401
-    BIN_DIR, environment, horovodrun_command, run)
+    BIN_DIR, elastic_command, environment, horovodrun_command, run)
 from tools.bench import steady_state
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
