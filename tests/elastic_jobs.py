@@ -41,13 +41,13 @@ def start_elastic(tiny_data_dir, model_dir, hosts_file, *extra, np_=2, fault=Non
                               f"--export_weights_dir={model_dir}/weights", *FLAGS, *extra)
     if fault:
         trainer = [sys.executable, WITH_FAULT, *trainer[2:]]
-    env = {**os.environ, **HOROVOD_TEST_ENV, "HVD_MNIST_HOSTS_FILE": str(hosts_file)}
+    env = {**HOROVOD_TEST_ENV, "HVD_MNIST_HOSTS_FILE": str(hosts_file)}
     if fault:
         env["HVD_MNIST_TEST_FAULT"] = fault
     output = open(model_dir / "horovodrun.log", "w")
     return subprocess.Popen(launch.elastic_command(np_, len(HOSTS), DISCOVER, trainer),
                             stdout=output, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=ROOT)
+                            env=launch.environment(env), cwd=ROOT)
 
 
 def finish(process, model_dir, timeout=420):

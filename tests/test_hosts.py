@@ -16,13 +16,13 @@ import pytest
 
 from conftest import (BIN_DIR, HOROVOD_TEST_ENV, horovodrun, load_weights, max_abs_difference,
                       trainer_command)
-from host_bed import BED_ENV, HOSTS_TOOL, PREFIX, hosts_tool, two_hosts  # noqa: F401
+from host_bed import BED_ENV, HOSTS_TOOL, SSH_KEY, SSH_PORT, hosts_tool, two_hosts  # noqa: F401
+from hvd_mnist.verification import launch
 
 pytestmark = [pytest.mark.horovodrun, pytest.mark.hosts]
 
-SSH_FLAGS = ["--ssh-port", "2222", "--ssh-identity-file", f"/run/{PREFIX}-hosts/id_ed25519",
-             "--network-interface", "eth0",
-             "--disable-cache"]  # else a stopped sshd hides behind an hour-old "reachable"
+SSH = {"ssh_port": int(SSH_PORT), "ssh_identity_file": SSH_KEY, "network_interface": "eth0",
+       "disable_cache": True}  # else a stopped sshd hides behind an hour-old "reachable"
 # One thread per rank on both sides: by default a rank alone on its host takes
 # both cores, and a different thread count sums in another order (3e-7 apart).
 QUICK = ["--epochs=2", "--max_steps_per_epoch=4", "--batch_size=16", "--log_every=1",
@@ -36,13 +36,12 @@ def on_hosts(hosts, np_, args, timeout=180, controller="gloo"):
 
 
 def launch_command(hosts, np_, args, controller="gloo"):
-    # Explicitly: where Horovod is built with MPI, horovodrun would pick MPI.
-    return [HOSTS_TOOL, "exec", "hostA", os.path.join(BIN_DIR, "horovodrun"), "-np", str(np_),
-            "-H", hosts, *SSH_FLAGS, f"--{controller}", *args]
+    return [HOSTS_TOOL, "exec", "hostA", *launch.horovodrun_command(
+        np_, args, hosts=hosts, flags=launch.options(controller, **SSH))]
 
 
 def launch_env():
-    return {**os.environ, **HOROVOD_TEST_ENV, **BED_ENV}
+    return launch.environment({**HOROVOD_TEST_ENV, **BED_ENV})
 
 
 def per_host_dirs(root, *command):

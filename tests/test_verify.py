@@ -16,7 +16,7 @@ import pytest
 from conftest import HOROVOD_TEST_ENV, flip_middle_4k, snapshot
 from host_bed import (BED_ENV, HOSTS_TOOL, SSH_KEY, SSH_PORT, host_namespace, hosts_tool,
                       on_host_only, two_hosts)  # noqa: F401
-from hvd_mnist.verification import agreement, probe, remote
+from hvd_mnist.verification import agreement, launch, probe, remote
 
 
 
@@ -83,7 +83,7 @@ def test_a_failed_run_is_named_by_its_error_line():
 def verify(*flags, timeout=600):
     return subprocess.run([sys.executable, "-m", "hvd_mnist.verify", *flags],
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **HOROVOD_TEST_ENV})
+                          env=launch.environment(HOROVOD_TEST_ENV))
 
 
 # make test-hosts runs verify across two hosts; this one-host job is in make test-long.
@@ -130,7 +130,7 @@ def verify_from_host_a(data_dir, model_dir, *flags):
                f"--ssh_port={SSH_PORT}", f"--ssh_identity_file={SSH_KEY}",
                "--network_interface=eth0", "--steps=3", *flags]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                            env={**os.environ, **HOROVOD_TEST_ENV, **BED_ENV})
+                            env=launch.environment({**HOROVOD_TEST_ENV, **BED_ENV}))
     print(result.stdout, result.stderr[-3000:])
     return result
 
