@@ -138,8 +138,8 @@ def inject_overflow_at_step(step_number):
     compression = communication.compression
     overflows = []
 
-    def overflowing_compression(config):
-        overflows.append(OverflowOnOneRank(compression(config)))
+    def overflowing_compression(fp16_allreduce):
+        overflows.append(OverflowOnOneRank(compression(fp16_allreduce)))
         return overflows[-1]
 
     def arm(calls, model=None):

@@ -10,14 +10,12 @@ average_aggregated_gradients=True) does on the Keras path.
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib
 
-
-def compression(config: config_lib.TrainConfig):
+def compression(fp16_allreduce: bool):
     """How gradients cross the network: float32 as they are (in every --precision, see
     precision.py), or float16 with --fp16_allreduce."""
     # Horovod: its compression casts to float16 before the allreduce and back after.
-    return hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+    return hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
 
 
 def average_loss(loss, requests=None):

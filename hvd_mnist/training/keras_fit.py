@@ -139,7 +139,7 @@ def distributed_optimizer(config: config_lib.TrainConfig, job: job_lib.Job):
         # Horovod: the optimizer averages the ranks' gradients before each update; with
         # --backward_passes_per_step=K, once per K batches, their mean (as the custom loop).
         return hvd_keras.DistributedOptimizer(
-            optimizer, compression=communication.compression(config),
+            optimizer, compression=communication.compression(config.fp16_allreduce),
             backward_passes_per_step=config.backward_passes_per_step,
             average_aggregated_gradients=True)
 

@@ -61,7 +61,7 @@ def train_step_for(config: config_lib.TrainConfig, model, optimizer, requests=No
     """The run's step: plain, or accumulating `--backward_passes_per_step` batches per update;
     gradients sent as float16 with `--fp16_allreduce` (communication.py); with `requests`,
     it returns (loss, agreed requests) (preemption.py)."""
-    compression = communication.compression(config)
+    compression = communication.compression(config.fp16_allreduce)
     if config.backward_passes_per_step > 1:
         return communication.make_accumulating_train_step(
             model, optimizer, model_lib.make_loss(), config.backward_passes_per_step,
