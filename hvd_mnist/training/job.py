@@ -38,8 +38,10 @@ def start(config: config_lib.TrainConfig) -> Job:
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     # After the checks of the input, which write nothing, and before anything is written.
     taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
-    for line in (taken_over, precision.describe(config), precision.cpu_warning(
-            config.precision, has_gpu=bool(tf.config.list_physical_devices("GPU")))):
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    for line in (taken_over,
+                 precision.describe(config.precision, fp16_allreduce=config.fp16_allreduce),
+                 precision.cpu_warning(config.precision, has_gpu=has_gpu)):
         if line:
             runtime.log(line)
     return job

@@ -22,7 +22,7 @@ same step and halves the same scale. No extra collective is needed for the ranks
 
 import os
 
-from hvd_mnist import config as config_lib, errors
+from hvd_mnist import errors
 from hvd_mnist.worker import keras_compat
 
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
@@ -77,18 +77,18 @@ def with_loss_scaling(precision: str, optimizer):
     return tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
 
 
-def wire_dtype(config: config_lib.TrainConfig) -> str:
-    return "float16" if config.fp16_allreduce else variable_dtype(config.precision)
+def wire_dtype(precision: str, *, fp16_allreduce: bool) -> str:
+    return "float16" if fp16_allreduce else variable_dtype(precision)
 
 
-def describe(config: config_lib.TrainConfig) -> str:
+def describe(precision: str, *, fp16_allreduce: bool) -> str:
     """The run's start line about its precision ("" for float32)."""
-    if not is_mixed(config.precision):
+    if not is_mixed(precision):
         return ""
-    scaled = ", the loss scaled dynamically" if loss_scaling(config.precision) else ""
-    return (f"precision {config.precision}: layers compute in "
-            f"{COMPUTE_DTYPES[config.precision]}; variables, the last layer and the loss in "
-            f"float32; gradients cross the network as {wire_dtype(config)}{scaled}")
+    scaled = ", the loss scaled dynamically" if loss_scaling(precision) else ""
+    return (f"precision {precision}: layers compute in {COMPUTE_DTYPES[precision]}; "
+            "variables, the last layer and the loss in float32; gradients cross the network "
+            f"as {wire_dtype(precision, fp16_allreduce=fp16_allreduce)}{scaled}")
 
 
 def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set:
