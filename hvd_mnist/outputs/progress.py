@@ -23,7 +23,6 @@ import time
 
 import tqdm
 
-from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import tensorboard_log
 from hvd_mnist.worker import runtime
 
@@ -83,14 +82,15 @@ class LogWindow:
         return result
 
 
-def monitor_for_run(config: config_lib.TrainConfig, *, epochs: int, steps_per_epoch: int,
-                    images_per_step: int, learning_rate, draw_bar: bool = True, board=None):
-    """The run's TrainingMonitor, writing TensorBoard to model_dir/tensorboard (or to
-    `board`, a TensorBoardLog that outlives this monitor)."""
-    return TrainingMonitor(resolve_mode(config.progress), epochs=epochs,
+def monitor_for_run(*, progress: str, log_every: int, model_dir: str, epochs: int,
+                    steps_per_epoch: int, images_per_step: int, learning_rate,
+                    draw_bar: bool = True, board=None):
+    """The run's TrainingMonitor for `--progress` (auto, bar or lines), writing TensorBoard
+    to model_dir/tensorboard (or to `board`, a TensorBoardLog that outlives this monitor)."""
+    return TrainingMonitor(resolve_mode(progress), epochs=epochs,
                            steps_per_epoch=steps_per_epoch, images_per_step=images_per_step,
-                           log_every=config.log_every,
-                           board=board or tensorboard_log.TensorBoardLog(config.model_dir),
+                           log_every=log_every,
+                           board=board or tensorboard_log.TensorBoardLog(model_dir),
                            learning_rate=learning_rate, show=runtime.is_chief(),
                            draw_bar=draw_bar)
 

@@ -89,7 +89,8 @@ def for_run(config: config_lib.TrainConfig, model, optimizer, *, epochs: int,
             clock: timing.StepClock | None = None, **monitor_options) -> RunHooks:
     """The run's hooks; `monitor_options`: progress.monitor_for_run's `draw_bar`, `board`."""
     monitor = progress.monitor_for_run(
-        config, epochs=epochs, steps_per_epoch=steps_per_epoch,
+        progress=config.progress, log_every=config.log_every, model_dir=config.model_dir,
+        epochs=epochs, steps_per_epoch=steps_per_epoch,
         images_per_step=batching.global_batch_size,
         learning_rate=lambda: float(optimizer.learning_rate), **monitor_options)
     return RunHooks(model, monitor, clock or timing.StepClock(batching.global_batch_size),
