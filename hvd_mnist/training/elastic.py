@@ -25,8 +25,8 @@ from hvd_mnist.data import resharding, splits
 from hvd_mnist.outputs import (checkpoint, ownership, records, run_identity, tensorboard_log,
                                timing)
 from hvd_mnist.worker import keras_compat, runtime
-from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, loop, preemption,
-                                step as step_lib)
+from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, loop, model as model_lib,
+                                preemption, step as step_lib)
 from hvd_mnist.training.elastic_state import TrainingState
 
 
@@ -55,7 +55,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     wall_start = time.perf_counter()
     job = job_lib.start_process(config)
     tf.keras.utils.set_random_seed(config.seed)
-    model = job_lib.build_model(config, job)
+    model = model_lib.build_model(dropout=config.dropout, precision=config.precision)
     optimizer = job_lib.scheduled_optimizer(config, job)
     # Before the state captures the optimizer's variables: a state made before the
     # slots exist leaves them out, and a joining worker would later create them

@@ -34,7 +34,8 @@ def start(config: config_lib.TrainConfig) -> Job:
     (`runtime.on_every_rank`, `runtime.on_chief`), so a bad input is reported by
     every rank, not just one.
     """
-    topology, threads = start_horovod(config)
+    topology, threads = start_horovod(deterministic=config.deterministic,
+                                      threads_per_rank=config.threads_per_rank)
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     # After the checks of the input, which write nothing, and before anything is written.
     taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
@@ -50,16 +51,17 @@ def start(config: config_lib.TrainConfig) -> Job:
 def start_process(config: config_lib.TrainConfig) -> Job:
     """`start` without any collective operation, so a worker joining an elastic job,
     whose peers are waiting in their state's sync, can run it alone."""
-    return open_job(config, *start_horovod(config))
+    return open_job(config, *start_horovod(deterministic=config.deterministic,
+                                           threads_per_rank=config.threads_per_rank))
 
 
-def start_horovod(config: config_lib.TrainConfig) -> tuple[runtime.Topology, int]:
-    """Horovod, this process's GPU and its thread pools; returns where it runs and its
-    number of threads."""
-    runtime.configure_determinism(config.deterministic)
+def start_horovod(*, deterministic: bool, threads_per_rank: int) -> tuple[runtime.Topology, int]:
+    """Horovod, this process's GPU and its thread pools (threads_per_rank threads, or with 0
+    the host's cores shared by its ranks); returns where it runs and its number of threads."""
+    runtime.configure_determinism(deterministic)
     topology = runtime.init_horovod()  # Horovod: hvd.init(), then where this rank runs
     runtime.configure_gpus(topology.local_rank)  # Horovod: one GPU per process, by local rank
-    threads = runtime.threads_per_rank(config.threads_per_rank, topology.local_size,
+    threads = runtime.threads_per_rank(threads_per_rank, topology.local_size,
                                        runtime.available_cpus())
     runtime.configure_threads(threads)
     return topology, threads
@@ -111,10 +113,6 @@ def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
     mixed_float16)."""
     return precision.with_loss_scaling(
         config.precision, model_lib.make_optimizer(config.optimizer, learning_rate(config, job)))
-
-
-def build_model(config: config_lib.TrainConfig, job: Job):
-    return model_lib.build_model(dropout=config.dropout, precision=config.precision)
 
 
 def finish(config: config_lib.TrainConfig, summary: dict, model, optimizer) -> None:

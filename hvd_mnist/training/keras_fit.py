@@ -160,7 +160,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     # The same seed on every rank: the same initial weights, which Horovod's broadcast
     # callback then only confirms (it runs after the first batch).
     tf.keras.utils.set_random_seed(config.seed)
-    model = job_lib.build_model(config, job)
+    model = model_lib.build_model(dropout=config.dropout, precision=config.precision)
     optimizer = distributed_optimizer(config, job)
     # No XLA: Keras 3 would compile fit's step with it on GPU hosts, and Horovod's ops
     # do not run inside XLA-compiled functions (on CPU it was 8x slower anyway).

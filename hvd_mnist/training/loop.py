@@ -17,7 +17,8 @@ import tensorflow as tf
 from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import checkpoint, records, run_identity
 from hvd_mnist.worker import keras_compat, runtime
-from hvd_mnist.training import hooks as hooks_lib, job as job_lib, preemption, step as step_lib
+from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, model as model_lib,
+                                preemption, step as step_lib)
 
 
 class Loop:
@@ -124,7 +125,7 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
     topology, batching, steps = job.topology, job.batching, job.steps_per_epoch
 
     tf.keras.utils.set_random_seed(config.seed)
-    model = job_lib.build_model(config, job)
+    model = model_lib.build_model(dropout=config.dropout, precision=config.precision)
     optimizer = job_lib.scheduled_optimizer(config, job)
     optimizer.build(model.trainable_variables)  # the slots, before the broadcast
     identity = run_identity.of_run(config, batching, topology.size, steps, model, optimizer)
