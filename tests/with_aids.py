@@ -62,8 +62,8 @@ def around_each_step(before):
     from hvd_mnist.training import step as step_lib
     train_step_for = step_lib.train_step_for
 
-    def train_step_for_with_hook(config, model, optimizer, requests=None):
-        train_step = train_step_for(config, model, optimizer, requests)
+    def train_step_for_with_hook(model, optimizer, **settings):
+        train_step = train_step_for(model, optimizer, **settings)
         calls = [0]
 
         def hooked_train_step(images, labels):

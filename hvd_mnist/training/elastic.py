@@ -61,7 +61,10 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     # slots exist leaves them out, and a joining worker would later create them
     # alone (Horovod's tracker: new workers hang).
     optimizer.build(model.trainable_variables)
-    run = _Run(config, job, model, optimizer, step_lib.train_step_for(config, model, optimizer),
+    train_step = step_lib.train_step_for(
+        model, optimizer, backward_passes_per_step=config.backward_passes_per_step,
+        fp16_allreduce=config.fp16_allreduce)
+    run = _Run(config, job, model, optimizer, train_step,
                step_lib.make_eval_step(model), timing.StepClock(job.batching.global_batch_size),
                tensorboard_log.TensorBoardLog(config.model_dir), wall_start)
     state = TrainingState(

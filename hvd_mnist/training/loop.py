@@ -146,8 +146,10 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
     hooks = hooks_lib.for_run(config, model, optimizer, epochs=config.epochs,
                               steps_per_epoch=steps, batching=batching, rank=topology.rank,
                               save=save)
-    loop = Loop(step_lib.train_step_for(config, model, optimizer, control.requests),
-                step_lib.make_eval_step(model),
+    train_step = step_lib.train_step_for(
+        model, optimizer, backward_passes_per_step=config.backward_passes_per_step,
+        fp16_allreduce=config.fp16_allreduce, requests=control.requests)
+    loop = Loop(train_step, step_lib.make_eval_step(model),
                 job.source.eval_batches(batching.per_rank_batch_size), hooks)
     runtime.log(f"training on {topology.size} worker(s): {steps} steps/epoch of "
                 f"{batching.global_batch_size} images ({batching.per_rank_batch_size} per "

@@ -11,7 +11,6 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist import config as config_lib
 from hvd_mnist.data import mnist
 from hvd_mnist.errors import CollectiveError
 from hvd_mnist.worker import keras_compat
@@ -57,14 +56,15 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     return train_step
 
 
-def train_step_for(config: config_lib.TrainConfig, model, optimizer, requests=None):
+def train_step_for(model, optimizer, *, backward_passes_per_step: int, fp16_allreduce: bool,
+                   requests=None):
     """The run's step: plain, or accumulating `--backward_passes_per_step` batches per update;
     gradients sent as float16 with `--fp16_allreduce` (communication.py); with `requests`,
     it returns (loss, agreed requests) (preemption.py)."""
-    compression = communication.compression(config.fp16_allreduce)
-    if config.backward_passes_per_step > 1:
+    compression = communication.compression(fp16_allreduce)
+    if backward_passes_per_step > 1:
         return communication.make_accumulating_train_step(
-            model, optimizer, model_lib.make_loss(), config.backward_passes_per_step,
+            model, optimizer, model_lib.make_loss(), backward_passes_per_step,
             compression, [image_spec(model), LABEL_SPEC], requests)
     return make_train_step(model, optimizer, model_lib.make_loss(), compression, None, requests)
 
