@@ -97,35 +97,36 @@ def literal_epochs(epochs: int, size: int) -> int:
     return math.ceil(epochs / size)
 
 
-def train_batches(config: config_lib.TrainConfig, job: job_lib.Job, epochs: int):
+def train_batches(job: job_lib.Job, epochs: int, *, seed: int, keras_literal: bool):
     """Every epoch's batches for this rank, one after the other: fit() consumes one dataset."""
     batch = job.batching.per_rank_batch_size
-    if config.keras_literal:  # --input=memory only (a flag validator says so)
+    if keras_literal:  # --input=memory only (a flag validator says so)
         # The example's workers shuffle the whole set independently.
         split = job.source.train_split
-        orders = [splits.epoch_permutation(config.seed, epoch, len(split),
+        orders = [splits.epoch_permutation(seed, epoch, len(split),
                                          stream=job.topology.rank)[:job.steps_per_epoch * batch]
                   for epoch in range(1, epochs + 1)]
         return splits.batches_from_indices(split, np.concatenate(orders), batch, job.dtype)
-    per_epoch = [job.source.train_batches(seed=config.seed, epoch=epoch,
+    per_epoch = [job.source.train_batches(seed=seed, epoch=epoch,
                                           steps=job.steps_per_epoch, per_rank_batch_size=batch)
                  for epoch in range(1, epochs + 1)]
     return functools.reduce(lambda a, b: a.concatenate(b), per_epoch)
 
 
-def validation_batches(config: config_lib.TrainConfig, job: job_lib.Job):
+def validation_batches(job: job_lib.Job, *, keras_literal: bool):
     batch = job.batching.per_rank_batch_size
-    if config.keras_literal:  # every worker validates on the whole test split
+    if keras_literal:  # every worker validates on the whole test split
         split = job.source.test_split
         return splits.batches_from_indices(split, np.arange(len(split)), batch, job.dtype)
     return job.source.eval_batches(batch)
 
 
-def literal_job(job: job_lib.Job, config: config_lib.TrainConfig) -> job_lib.Job:
+def literal_job(job: job_lib.Job, *, max_steps_per_epoch: int,
+                backward_passes_per_step: int) -> job_lib.Job:
     """Every worker steps through the whole training set each epoch."""
     steps = config_lib.resolve_steps_per_epoch(len(job.source.train_split),
-                                       job.batching.per_rank_batch_size, config.max_steps_per_epoch,
-                                       config.backward_passes_per_step)
+                                               job.batching.per_rank_batch_size,
+                                               max_steps_per_epoch, backward_passes_per_step)
     return dataclasses.replace(job, steps_per_epoch=steps)
 
 
@@ -155,7 +156,9 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
     size = job.topology.size
     epochs = config.epochs
     if config.keras_literal:
-        job, epochs = literal_job(job, config), literal_epochs(config.epochs, size)
+        job = literal_job(job, max_steps_per_epoch=config.max_steps_per_epoch,
+                          backward_passes_per_step=config.backward_passes_per_step)
+        epochs = literal_epochs(config.epochs, size)
 
     # The same seed on every rank: the same initial weights, which Horovod's broadcast
     # callback then only confirms (it runs after the first batch).
@@ -189,9 +192,10 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                 + (" (literal Horovod example)" if config.keras_literal else ""))
     # shuffle=False: the batches come shuffled per rank and epoch; fit cannot shuffle a
     # dataset, and on Keras 3 says so in a warning from every rank.
-    model.fit(train_batches(config, job, epochs), epochs=epochs, shuffle=False,
-              steps_per_epoch=job.steps_per_epoch,
-              validation_data=validation_batches(config, job), callbacks=callbacks,
+    model.fit(train_batches(job, epochs, seed=config.seed, keras_literal=config.keras_literal),
+              epochs=epochs, shuffle=False, steps_per_epoch=job.steps_per_epoch,
+              validation_data=validation_batches(job, keras_literal=config.keras_literal),
+              callbacks=callbacks,
               verbose=fit_verbosity(hooks.monitor.mode) if runtime.is_chief() else 0)
 
     summary = records.summarize(job, run_hooks.history, first_epoch=1,
