@@ -162,7 +162,7 @@ def export_weights_dir(directory):
     from hvd_mnist.training import job as job_lib
     finish = job_lib.finish
 
-    def finish_writing_weights(config, summary, model, optimizer):
+    def finish_writing_weights(summary, model, optimizer, **settings):
         os.makedirs(directory, exist_ok=True)
         np.savez(os.path.join(directory, f"weights_rank{hvd.rank()}.npz"),
                  *[v.numpy() for v in model.weights])
@@ -170,7 +170,7 @@ def export_weights_dir(directory):
         np.savez(os.path.join(directory, f"optimizer_rank{hvd.rank()}.npz"),
                  iterations=int(optimizer.iterations),
                  loss_scale=math.nan if scale is None else scale)
-        return finish(config, summary, model, optimizer)
+        return finish(summary, model, optimizer, **settings)
 
     job_lib.finish = finish_writing_weights
 

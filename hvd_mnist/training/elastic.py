@@ -186,7 +186,8 @@ def _train(state: TrainingState, run: _Run) -> dict:
                    images_per_second=(state.images_trained / summary["train_seconds"]
                                       if summary["train_seconds"] else 0.0))
     hooks.close()
-    job_lib.finish(config, summary, run.model, run.optimizer)
+    job_lib.finish(summary, run.model, run.optimizer, model_dir=config.model_dir,
+                   export=config.export)
     return summary
 
 

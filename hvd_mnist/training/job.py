@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import inputs
-from hvd_mnist.outputs import export, files, ownership, records
+from hvd_mnist.outputs import export as export_lib, files, ownership, records
 from hvd_mnist.worker import runtime
 from hvd_mnist.training import model as model_lib, precision
 
@@ -115,16 +115,16 @@ def scheduled_optimizer(config: config_lib.TrainConfig, job: Job):
         config.precision, model_lib.make_optimizer(config.optimizer, learning_rate(config, job)))
 
 
-def finish(config: config_lib.TrainConfig, summary: dict, model, optimizer) -> None:
+def finish(summary: dict, model, optimizer, *, model_dir: str, export: bool) -> None:
     """Rank 0 writes summary.json and (with --export) the exported model, and prints the
     summary; every rank calls it."""
-    runtime.on_chief(lambda: files.write_json(os.path.join(config.model_dir, "summary.json"),
+    runtime.on_chief(lambda: files.write_json(os.path.join(model_dir, "summary.json"),
                                               summary))
     runtime.log(records.format_summary(summary))
-    if config.export:
-        directory = export.export_on_chief(config.model_dir, model, summary)
+    if export:
+        directory = export_lib.export_on_chief(model_dir, model, summary)
         runtime.log(f"exported the model to {directory}: python -m hvd_mnist.predict "
                     f"--model={directory} FILE...")
-    ownership.release(config.model_dir)  # rank 0's, the only one holding it
+    ownership.release(model_dir)  # rank 0's, the only one holding it
 
 

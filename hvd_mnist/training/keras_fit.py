@@ -202,5 +202,6 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
                                 wall_seconds=time.perf_counter() - wall_start,
                                 clock=hooks.clock, mode="keras")
     hooks.close()
-    job_lib.finish(config, summary, model, optimizer)
+    job_lib.finish(summary, model, optimizer, model_dir=config.model_dir,
+                   export=config.export)
     return summary

@@ -183,5 +183,6 @@ def _train(config: config_lib.TrainConfig, signals: preemption.StopSignals) -> d
                                 mode="custom",
                                 train_step_traces=loop.train_step.experimental_get_tracing_count())
     hooks.close()
-    job_lib.finish(config, summary, model, optimizer)
+    job_lib.finish(summary, model, optimizer, model_dir=config.model_dir,
+                   export=config.export)
     return summary
