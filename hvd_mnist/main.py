@@ -16,8 +16,8 @@ from absl import app, flags  # noqa: E402
 from hvd_mnist import train_flags  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
-from hvd_mnist.worker import keras_compat  # noqa: E402
 from hvd_mnist.training import preemption  # noqa: E402
+from hvd_mnist.worker import keras_compat  # noqa: E402
 
 
 def main(argv):

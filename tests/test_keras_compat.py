@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import model as model_lib
+from hvd_mnist.worker import keras_compat
 
 TF_KERAS_INSTALLED = importlib.util.find_spec("tf_keras") is not None
 TF_MINOR = int(tf.__version__.split(".")[1])

@@ -14,8 +14,8 @@ from hvd_mnist import config as config_lib
 from hvd_mnist.data import mnist, splits
 from hvd_mnist.errors import UserFacingError
 from hvd_mnist.outputs import checkpoint, export, run_identity
-from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import model as model_lib, precision
+from hvd_mnist.worker import keras_compat
 
 PRECISIONS = config_lib.PRECISIONS
 FLOAT32_VARIABLES = [name for name in PRECISIONS if name != "float64"]

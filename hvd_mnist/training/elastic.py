@@ -24,10 +24,10 @@ from hvd_mnist import config as config_lib
 from hvd_mnist.data import resharding, splits
 from hvd_mnist.outputs import (checkpoint, ownership, records, run_identity, tensorboard_log,
                                timing)
-from hvd_mnist.worker import keras_compat, runtime
 from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, loop, model as model_lib,
                                 preemption, step as step_lib)
 from hvd_mnist.training.elastic_state import TrainingState
+from hvd_mnist.worker import keras_compat, runtime
 
 
 @dataclasses.dataclass

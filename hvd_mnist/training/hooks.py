@@ -11,8 +11,8 @@ import dataclasses
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import progress, records, timing
-from hvd_mnist.worker import runtime
 from hvd_mnist.training import model as model_lib
+from hvd_mnist.worker import runtime
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ import tensorflow as tf
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import inputs
 from hvd_mnist.outputs import export as export_lib, files, ownership, records
-from hvd_mnist.worker import runtime
 from hvd_mnist.training import model as model_lib, precision
+from hvd_mnist.worker import runtime
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,9 +24,9 @@ import tensorflow as tf
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import splits
 from hvd_mnist.outputs import files, records
-from hvd_mnist.worker import keras_compat, runtime
 from hvd_mnist.training import (communication, hooks as hooks_lib, job as job_lib,
                                 model as model_lib, precision)
+from hvd_mnist.worker import keras_compat, runtime
 
 
 class RunHooksCallback(tf.keras.callbacks.Callback):

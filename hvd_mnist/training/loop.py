@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.outputs import checkpoint, records, run_identity
-from hvd_mnist.worker import keras_compat, runtime
 from hvd_mnist.training import (hooks as hooks_lib, job as job_lib, model as model_lib,
                                 preemption, step as step_lib)
+from hvd_mnist.worker import keras_compat, runtime
 
 
 class Loop:

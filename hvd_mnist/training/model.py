@@ -7,8 +7,8 @@ so they all train exactly the same network.
 import tensorflow as tf
 
 from hvd_mnist.data import mnist, splits
-from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import precision as precision_lib
+from hvd_mnist.worker import keras_compat
 
 
 def build_model(dropout: bool = True, precision: str = "float32") -> tf.keras.Model:

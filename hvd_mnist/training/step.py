@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from hvd_mnist.data import mnist
 from hvd_mnist.errors import CollectiveError
-from hvd_mnist.worker import keras_compat
 from hvd_mnist.training import communication, model as model_lib
+from hvd_mnist.worker import keras_compat
 
 LABEL_SPEC = tf.TensorSpec([None], tf.int64)
 

@@ -17,8 +17,8 @@ import sys
 import tempfile
 
 from hvd_mnist.errors import short_reason
-from hvd_mnist.worker import quiet
 from hvd_mnist.verification import hosts as hosts_lib, launch
+from hvd_mnist.worker import quiet
 
 TOLERANCE = 1e-9
 PER_WORKER_BATCH = 16
