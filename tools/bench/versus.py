@@ -1,6 +1,7 @@
 """Parts "versus" and "torch" of make bench: hvd_mnist against Horovod's own TF2 MNIST example
 (horovod_example.py) and, with part "torch", the same job in PyTorch DDP under torchrun
-(torch_ddp.py), side by side: STEPS steps of BATCH_SIZE images per worker, Adam 0.001 x
+(torch_ddp.py), side by side: STEPS steps of BATCH_SIZE images per worker (fewer where one epoch
+holds fewer, steps_for), Adam 0.001 x
 workers (DIFFERENCES says what else is the same and what differs). Each precision at each
 -np: one warm-up round first (discarded: page cache, .pyc files), then `repeats` rounds, the
 programs taking turns; each figure's median, and hvd_mnist's over the others'.
@@ -16,14 +17,22 @@ from tools.bench import launch, steady_state, tables
 
 STEPS = 160
 BATCH_SIZE = 128
+TRAIN_EXAMPLES = 60_000  # MNIST's training split: hvd_mnist stops at one epoch's end
 TIMEOUT_SECONDS = 600
 PRECISIONS = ("float32", "mixed_bfloat16")
 RESULT_PREFIX = "torch_ddp result: "  # torch_ddp.RESULT_PREFIX (that module imports torch)
 
+
+def steps_for(np_: int) -> int:
+    """STEPS per worker, or as many as one epoch holds at this -np (117 at -np 4), for
+    every program alike."""
+    return min(STEPS, TRAIN_EXAMPLES // (BATCH_SIZE * np_))
+
+
 DIFFERENCES = """\
 What is the same in both jobs: the model's shapes and 1,199,882 weights, initialised as Keras \
 does (glorot_uniform, zero biases); Adam at 0.001 x workers with Keras's epsilon (1e-7); 128 \
-images per worker per step, 160 steps; the same decoded copy of MNIST, checked against the \
+images per worker per step, 160 steps (117 at -np 4); the same decoded copy of MNIST, checked against the \
 same sha256s before the first step, in the same order on each rank; as many threads per \
 process as hvd_mnist's default (cores / workers on the host); the gradients' average over \
 the ranks (4.8 MB of float32) every step over Gloo; each rank evaluating its share of the \
@@ -69,7 +78,7 @@ def run_example(np_, out_dir, idx_dir):
     launch_unix = time.time()
     rc, seconds = launch.job(np_, launch.python_module(
         "tools.bench.horovod_example", f"--idx_dir={os.path.abspath(idx_dir)}",
-        f"--steps={STEPS}", f"--out_dir={run_dir}"), run_dir + ".log", TIMEOUT_SECONDS)
+        f"--steps={steps_for(np_)}", f"--out_dir={run_dir}"), run_dir + ".log", TIMEOUT_SECONDS)
     if rc != 0:
         raise SystemExit(f"versus: the example failed ({rc}); see {run_dir}.log")
     ranks = [json.loads(pathlib.Path(run_dir, f"rank{rank}.json").read_text())
@@ -87,7 +96,7 @@ def run_torch(np_, precision, out_dir, data_dir, torch_python):
     run_dir = os.path.abspath(os.path.join(out_dir, name))
     launch_unix = time.time()
     command = torchrun_command(np_, torch_python, f"--data_dir={os.path.abspath(data_dir)}",
-                               f"--out_dir={run_dir}", f"--steps={STEPS}",
+                               f"--out_dir={run_dir}", f"--steps={steps_for(np_)}",
                                f"--batch_size={BATCH_SIZE}", f"--precision={precision}",
                                f"--launch_unix_time={launch_unix}")
     log_path = run_dir + ".log"
@@ -101,7 +110,7 @@ def run_torch(np_, precision, out_dir, data_dir, torch_python):
 def run_hvd_mnist(np_, precision, out_dir, data_dir):
     run = launch.train(f"hvd_mnist_{precision}_np{np_}", np_, [
         "--optimizer=adam", "--learning_rate=0.001", f"--batch_size={BATCH_SIZE}", "--epochs=1",
-        f"--max_steps_per_epoch={STEPS}", "--noexport", f"--precision={precision}"],
+        f"--max_steps_per_epoch={steps_for(np_)}", "--noexport", f"--precision={precision}"],
         data_dir, out_dir, TIMEOUT_SECONDS)
     return {**{key: run[key] for key in KEYS if key in run},  # all but cpu_seconds
             "test_accuracy": run["summary"]["test_accuracy"]}
@@ -208,7 +217,7 @@ def section(report: dict) -> list:
     against = (f"PyTorch DDP (PyTorch {v['torch']}, Python {v['python']}, torchrun, Gloo) and "
                if v else "")
     lines = [f"hvd_mnist against {against}Horovod's example: {STEPS} steps of {BATCH_SIZE} "
-             f"images per worker, medians of {report['repeats']} alternating runs after a "
+             f"images per worker (at -np 4, {steps_for(4)}: one epoch), medians of {report['repeats']} alternating runs after a "
              "warm-up round.", "", table(report["comparison"])]
     if v:
         lines += ["", *(f"- {line}" for line in targets(report["comparison"])), "", DIFFERENCES]
