@@ -158,6 +158,9 @@ def main(args) -> None:
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
         print(RESULT_PREFIX + json.dumps(summary), flush=True)
+    # Every rank tears Gloo down together: a rank that destroyed its group while rank 0 was
+    # still writing aborted once at exit ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 
