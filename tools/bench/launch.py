@@ -14,6 +14,13 @@ from hvd_mnist.verification.launch import (  # noqa: F401
 from tools.bench import steady_state
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_EXAMPLES = 60_000  # MNIST's training split
+
+
+def steps_in_epoch(np_: int, batch_size: int) -> int:
+    """The steps of batch_size per worker one epoch holds at np_ workers: hvd_mnist refuses a
+    --max_steps_per_epoch past it (117 at -np 4 of 128)."""
+    return TRAIN_EXAMPLES // (batch_size * np_)
 
 
 def python_module(module: str, *args, python: str = sys.executable) -> list:

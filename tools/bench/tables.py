@@ -30,7 +30,6 @@ def markdown(header: list, rows: list) -> str:
     return "\n".join(lines)
 
 
-
 def write(json_path: str, results: dict, markdown_text: str) -> str:
     """results as JSON at json_path, markdown_text beside it (.md) and printed; its path."""
     os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)

@@ -49,7 +49,7 @@ def step_alone_images_per_second(precision: str = "float32", windows: int = 7,
 def throughput_flags(np_: int, steps: int = THROUGHPUT_STEPS) -> list:
     """--epochs and --max_steps_per_epoch for `steps` steps at np_ workers of 128: at -np 4
     an epoch has fewer steps than a measurement needs, so it takes two."""
-    per_epoch = min(steps, 60_000 // (BATCH_SIZE * np_))
+    per_epoch = min(steps, launch.steps_in_epoch(np_, BATCH_SIZE))
     return [f"--epochs={math.ceil(steps / per_epoch)}", f"--max_steps_per_epoch={per_epoch}"]
 
 

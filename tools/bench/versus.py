@@ -17,7 +17,6 @@ from tools.bench import launch, steady_state, tables
 
 STEPS = 160
 BATCH_SIZE = 128
-TRAIN_EXAMPLES = 60_000  # MNIST's training split: hvd_mnist stops at one epoch's end
 TIMEOUT_SECONDS = 600
 PRECISIONS = ("float32", "mixed_bfloat16")
 RESULT_PREFIX = "torch_ddp result: "  # torch_ddp.RESULT_PREFIX (that module imports torch)
@@ -26,7 +25,7 @@ RESULT_PREFIX = "torch_ddp result: "  # torch_ddp.RESULT_PREFIX (that module imp
 def steps_for(np_: int) -> int:
     """STEPS per worker, or as many as one epoch holds at this -np (117 at -np 4), for
     every program alike."""
-    return min(STEPS, TRAIN_EXAMPLES // (BATCH_SIZE * np_))
+    return min(STEPS, launch.steps_in_epoch(np_, BATCH_SIZE))
 
 
 DIFFERENCES = """\
