@@ -84,7 +84,8 @@ def test_every_stack_applies_the_same_patches_and_the_python_ones_can_be_toggled
     stacks = [p for p in pins if "-" not in p.stem]
     flavours = [p for p in pins if "-" in p.stem]
     assert stacks and flavours
-    python_patches = ["elastic-discovery-subprocess.patch", "keras3-variables.patch",
+    python_patches = ["elastic-discovery-subprocess.patch", "elastic-errors-raised.patch",
+                      "keras3-variables.patch",
                       "keras3-keras-api.patch", "launcher-one-line.patch",
                       "launcher-build-checks-recorded.patch"]
     for pins_file in stacks:

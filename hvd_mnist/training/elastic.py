@@ -18,7 +18,6 @@ import uuid
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
-from horovod.common.exceptions import HorovodInternalError
 
 from hvd_mnist import config as config_lib
 from hvd_mnist.data import resharding, splits
@@ -74,38 +73,7 @@ def train_and_evaluate(config: config_lib.TrainConfig) -> dict:
         steps_in_epoch=0, epoch_seconds=0.0, train_steps=0, images_trained=0, starts=0,
         finished=False, history=(), owner_job="")
     # Horovod: on a reset, restore the last commit, re-form with the workers left, sync, rerun.
-    return hvd.elastic.run(_reporting_lost_peers(_train))(state, run)
-
-
-def _reporting_lost_peers(train_fn):
-    """Makes a collective that failed because a peer died a HorovodInternalError, and any
-    other TensorFlow UnknownError an error hvd.elastic.run cannot swallow.
-
-    hvd.elastic.run recognises a failed collective only if TF's message names a Horovod op
-    type (HorovodAllreduce, ...). TF 2.21's messages name the node instead ("Detected at
-    node train_loss"), and a collective that was running when its peer died fails with
-    the transport's own words ("[.../gloo/transport/tcp/pair.cc:589] Read error ...:
-    Connection reset by peer"), which name neither Horovod nor an op. Any UnknownError
-    hvd.elastic.run does not recognise it swallows, returning None: this worker would exit
-    0 without a word, and the driver, seeing a success, would end the whole job.
-    """
-    def wrapper(state, run):
-        try:
-            return train_fn(state, run)
-        except tf.errors.OpError as e:
-            if _from_a_collective(e.message):
-                raise HorovodInternalError(e) from e
-            if isinstance(e, tf.errors.UnknownError):
-                raise RuntimeError(f"elastic: {type(e).__name__}: {e.message}") from e
-            raise
-    return wrapper
-
-
-def _from_a_collective(message: str) -> bool:
-    """Whether an op's error comes from Horovod or its Gloo transport: Horovod's own
-    statuses name it ("Horovod has been shut down ..."), Gloo's name its source file."""
-    lowered = message.lower()
-    return "horovod" in lowered or "gloo" in lowered
+    return hvd.elastic.run(_train)(state, run)
 
 
 def _store(run: _Run, job: job_lib.Job) -> checkpoint.CheckpointStore:
