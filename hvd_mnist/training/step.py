@@ -32,8 +32,9 @@ def make_train_step(model, optimizer, loss_fn, compression=hvd.Compression.none,
     Returns the loss averaged over ranks, so every rank sees the same value and
     takes the same decision about it. (What that scalar allreduce costs is below
     the run-to-run noise here, and riding it on the gradients' allreduce was no
-    faster: docs/performance.md.) Autograph is off: the step has no Python control flow on tensors, and
-    converting Keras's and Horovod's code took a second of tracing in every process.
+    faster: docs/performance.md.) Autograph is off: the step has no Python control
+    flow on tensors, and converting Keras's and Horovod's code took a second of
+    tracing in every process.
     With `requests`, returns (loss, every rank's requests averaged) (preemption.py).
     """
 
