@@ -115,15 +115,23 @@ def test_the_pytorch_rows_are_set_out_as_part_5s_with_the_ratios():
 
 
 @pytest.mark.parametrize("hvd_rate, hvd_wall, verdicts", [
-    (2100, 24.0, ["met (1.05×)", "met (0.960×)"]),
-    (1800, 30.0, ["missed (0.900×)", "missed (1.20×)"]),
+    (2100, 24.0, ["met (1.05×)", "met (0.960×)", "met (0.533×)"]),
+    (1800, 37.0, ["missed (0.900×)", "missed (1.48×)", "missed (0.822×)"]),
 ])
 def test_the_issues_targets_are_stated_met_or_missed_with_the_ratio(hvd_rate, hvd_wall,
                                                                     verdicts):
     lines = versus.targets(comparison_of(hvd_rate, 2000, hvd_wall, 25.0))
     assert lines == [
         f"float32, -np 2: hvd_mnist's steady images/s at least PyTorch's: {verdicts[0]}",
-        f"float32, -np 2: hvd_mnist's whole-process wall at most PyTorch's: {verdicts[1]}"]
+        f"float32, -np 2: hvd_mnist's whole-process wall at most PyTorch's: {verdicts[1]}",
+        "float32, -np 2: hvd_mnist's whole-process wall at most 0.8x Horovod's example's: "
+        f"{verdicts[2]}"]
+
+
+def test_against_the_example_the_target_starts_at_two_workers():
+    comparison = comparison_of(2100, 2000, 24.0, 25.0)
+    comparison["float32_np2"]["np"] = 1
+    assert not any("example" in line for line in versus.targets(comparison))
 
 
 def test_the_report_says_what_differs_between_the_jobs():

@@ -6,7 +6,8 @@ Parts, in this order: paths (hvd_mnist's step alone, then the custom loop and Ke
 each --nps) and accuracy (seconds to 99.0% at -np 2 of each recipe and precision), both in
 training_paths.py; versus (against Horovod's own example at each --nps) and torch (with the
 same job in PyTorch DDP beside them, in float32 and bfloat16), both in versus.py; limit
-(each precision against the machine's peak GFLOP/s, limit.py). Writes reports/bench.json
+(each precision against the machine's peak GFLOP/s, and one step taken apart beside
+PyTorch's, limit.py). Writes reports/bench.json
 and .md; a run of some parts only, reports/bench_<parts>.json and .md instead.
 """
 
@@ -38,6 +39,10 @@ def define_flags():
     flags.register_validator("nps", lambda v: bool(v) and all(n.isdigit() and int(n) > 0
                                                               for n in v),
                              message="--nps must be positive integers, e.g. 1,2,4")
+    # float32 alone where bfloat16 cannot run: under ONEDNN_MAX_CPU_ISA=AVX2, which emulates
+    # the AVX2-only machines, oneDNN has no bfloat16 convolution.
+    flags.DEFINE_multi_enum("torch_precisions", list(versus.PRECISIONS), versus.PRECISIONS,
+                            "Precisions of part torch.")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
                          "in parts versus and torch.", lower_bound=1)
 
@@ -59,8 +64,10 @@ def main(argv):
     started = time.perf_counter()
     training_paths.use_every_core()
 
-    # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of runs.
-    torch_python = torch_venv.ensure() if "torch" in args.parts else None
+    # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of
+    # runs. Part torch runs the PyTorch job, part limit takes PyTorch's step apart.
+    torch_python = torch_venv.ensure() if {"torch", "limit"} & set(args.parts) else None
+    versus_torch = torch_python if "torch" in args.parts else None
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
                "command": shlex.join(["python", "-m", "tools.bench", *sys.argv[1:]])}
@@ -71,13 +78,13 @@ def main(argv):
                                                                       args.out_dir)
     if "versus" in args.parts or "torch" in args.parts:
         results["versus"] = {"repeats": args.versus_repeats, "comparison": versus.compare(
-            nps, versus.PRECISIONS if torch_python else ["float32"], args.versus_repeats,
-            args.out_dir, args.data_dir, args.idx_dir, torch_python)}
-        if torch_python:
-            results["versus"]["versions"] = torch_venv.versions(torch_python)
+            nps, args.torch_precisions if versus_torch else ["float32"], args.versus_repeats,
+            args.out_dir, args.data_dir, args.idx_dir, versus_torch)}
+        if versus_torch:
+            results["versus"]["versions"] = torch_venv.versions(versus_torch)
         print(versus.table(results["versus"]["comparison"]), flush=True)
     if "limit" in args.parts:
-        results["limit"] = limit.measure(results, nps, args.data_dir, args.out_dir)
+        results["limit"] = limit.measure(results, nps, args.data_dir, args.out_dir, torch_python)
     results["bench_seconds"] = time.perf_counter() - started
     write_reports(report_path(REPORT, args.parts), results)
 
