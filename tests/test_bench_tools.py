@@ -193,3 +193,10 @@ def test_a_partial_report_names_the_command_that_made_it(tmp_path):
     bench.write_reports(str(tmp_path / "bench_torch.json"), results)
     assert (tmp_path / "bench_torch.md").read_text().startswith(
         "`python -m tools.bench --parts=torch --nps=2` on 2 cores, today")
+
+
+def test_a_report_names_the_arithmetic_settings_its_runs_had():
+    environ = {"ONEDNN_MAX_CPU_ISA": "AVX2", "HOME": "/root"}
+    assert bench.command_line(["--parts=torch"], environ) == (
+        "ONEDNN_MAX_CPU_ISA=AVX2 python -m tools.bench --parts=torch")
+    assert bench.command_line([], {}) == "python -m tools.bench"

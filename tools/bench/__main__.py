@@ -24,6 +24,9 @@ from tools.bench import limit, machine, tables, torch_venv, training_paths, vers
 
 PARTS = ("paths", "accuracy", "versus", "torch", "limit")
 REPORT = "reports/bench.json"  # of a run of every part
+# Settings that change the arithmetic every run measures (ONEDNN_MAX_CPU_ISA=AVX2 emulates the
+# AVX2-only machines): the report's command names those that were set.
+ARITHMETIC_ENV = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "TF_ENABLE_ONEDNN_OPTS")
 
 
 def define_flags():
@@ -45,6 +48,12 @@ def define_flags():
                             "Precisions of part torch.")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
                          "in parts versus and torch.", lower_bound=1)
+
+
+def command_line(arguments: list, environ) -> str:
+    """This run's command as a shell line, after the arithmetic settings it ran under."""
+    settings = [f"{name}={environ[name]}" for name in ARITHMETIC_ENV if name in environ]
+    return shlex.join([*settings, "python", "-m", "tools.bench", *arguments])
 
 
 def report_path(report: str, parts: list) -> str:
@@ -70,7 +79,7 @@ def main(argv):
     versus_torch = torch_python if "torch" in args.parts else None
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
-               "command": shlex.join(["python", "-m", "tools.bench", *sys.argv[1:]])}
+               "command": command_line(sys.argv[1:], os.environ)}
     if "paths" in args.parts:
         training_paths.measure(results, nps, args.data_dir, args.out_dir)
     if "accuracy" in args.parts:
