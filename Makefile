@@ -135,8 +135,9 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
-# and the same job in PyTorch DDP (making .venv-torch when it is missing), and each precision
-# against the machine's peak, side by side; reports/bench.json and .md (tools/bench/__main__.py).
+# and the same job in PyTorch DDP (making .venv-torch when it is missing), each precision
+# against the machine's peak and one step taken apart beside PyTorch's, side by side;
+# reports/bench.json and .md (tools/bench/__main__.py).
 bench: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
