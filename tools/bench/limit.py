@@ -4,7 +4,8 @@ over the peak of the dtype its layers compute in: in this process on every core,
 of a 2048 x 2048 matmul and the model's own second convolution (oneDNN's convolutions can
 beat its matmul). A precision whose step alone runs at under SKIP_BELOW of float32's
 (float16 on CPUs) is not run under Horovod, with the reason in the report. Then one float32
-step taken apart, TensorFlow beside PyTorch (step_profile.py), where the venv exists."""
+step taken apart, TensorFlow beside PyTorch (step_profile.py; torch_python is the PyTorch
+venv's interpreter, which the bench makes first)."""
 
 from tools.bench import flops, step_profile, tables, training_paths
 
@@ -48,7 +49,7 @@ def too_slow(step_rates: dict) -> dict:
             for p, ratio in ratios.items() if ratio < SKIP_BELOW}
 
 
-def measure(results: dict, nps: list, data_dir: str, out_dir: str, torch_python=None) -> dict:
+def measure(results: dict, nps: list, data_dir: str, out_dir: str, torch_python: str) -> dict:
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())
     out = {"flops_per_image": cost, "peak_gflops": peaks(), "runs": {}}
@@ -69,8 +70,7 @@ def measure(results: dict, nps: list, data_dir: str, out_dir: str, torch_python=
             out["runs"][name] = {"np": np_, "precision": precision,
                                  "images_per_second": run["images_per_second"],
                                  "gflops": gflops, "fraction_of_peak": gflops / peak}
-    if torch_python:
-        out["step_profile"] = step_profile.measure(torch_python, min_seconds=1.0)
+    out["step_profile"] = step_profile.measure(torch_python, min_seconds=1.0)
     return out
 
 
@@ -89,8 +89,7 @@ def table(results: dict) -> str:
                          "the model's convolution GFLOP/s"],
                         [[dtype, f(p["matmul"]), f(p["conv"])]
                          for dtype, p in results["peak_gflops"].items()]), "",
-        tables.markdown(["custom loop", "images/s", "GFLOP/s", "of its dtype's peak"], rows),
-        *([] if "step_profile" not in results else [
-            "", "One float32 training step taken apart in one thread (the peaks above are of "
-            "every core), the same model, batch and Adam in each framework "
-            "(tools/bench/step_profile.py):", "", step_profile.markdown(results["step_profile"])])])
+        tables.markdown(["custom loop", "images/s", "GFLOP/s", "of its dtype's peak"], rows), "",
+        "One float32 training step taken apart in one thread (the peaks above are of every "
+        "core), the same model, batch and Adam in each framework (tools/bench/step_profile.py):",
+        "", step_profile.markdown(results["step_profile"])])
