@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hvd_mnist.verification import launch  # noqa: E402
 from tools import horovod_suite  # noqa: E402
 
 ROOT = horovod_suite.ROOT
@@ -198,8 +199,7 @@ def run_example(args, controller: str, stage: str, name: str, overlay: Path) -> 
     (scratch / f"{name}.py").write_text(edited_example(source, name, args.idx_dir))
     command = horovodrun_command(args, controller, name, scratch)
     # The overlay's horovod first, then this repository (the data line imports from it).
-    env = {**os.environ, **horovod_suite.RUN_ENV,
-           "PYTHONPATH": f"{overlay}{os.pathsep}{ROOT}"}
+    env = launch.environment({"PYTHONPATH": f"{overlay}{os.pathsep}{ROOT}"})
     horovod_suite.check_overlay(args.python, env, scratch, overlay)
     log = scratch / "horovodrun.log"
     load_before, start = load_average(), time.monotonic()

@@ -5,7 +5,7 @@ wall time, first and last loss lines, the load beside it)."""
 import os
 
 from tools.horovod_examples import DATA_LINE, EXAMPLES, RUN_TIMEOUT_SECONDS
-from tools.horovod_suite import RUN_ENV
+from hvd_mnist.verification.launch import DEFAULT_ENV
 
 
 def render(record: dict) -> str:
@@ -19,7 +19,7 @@ def render(record: dict) -> str:
         "data line changed and the edits listed below, made by `make horovod-examples "
         "HOROVOD_SRC=DIR` (tools/horovod_examples.py), each run with a timeout "
         f"({RUN_TIMEOUT_SECONDS} s) and "
-        + " ".join(f"{k}={v}" for k, v in RUN_ENV.items()) + ".",
+        + " ".join(f"{k}={v}" for k, v in DEFAULT_ENV.items()) + ".",
         "",
         "Before: the installed Horovod's Python with these patches reversed: "
         + ", ".join(record["patches"]) + " (0.28.1's Python as released); after: with them "

@@ -32,6 +32,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hvd_mnist.verification import launch  # noqa: E402
 from tools import horovod_suite_cases  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +43,6 @@ STAGES = ("before", "after")
 # What one test's ranks together say: a failure on any rank is a failure.
 OUTCOME_RANK = {"failed": 3, "passed": 2, "skipped": 1}
 FILE_TIMEOUT_SECONDS = 1800
-# Every job: a hang fails fast; Open MPI's ranks yield instead of busy-polling while they
-# wait (the Makefile exports the same), which on 2 cores decides whether an MPI run ends.
-RUN_ENV = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120",
-           "OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
 def patches_from_pins(pins_file: Path) -> list[Path]:
@@ -156,7 +152,7 @@ def run_file(args, controller: str, test_dir: Path, test_file: str, pythonpath: 
               f"{targets}")
     command = [args.horovodrun, f"--{controller}", "-np", "2", "-H", "localhost:2",
                "sh", "-c", worker]
-    env = {**os.environ, **RUN_ENV, "PYTHONPATH": str(pythonpath)}
+    env = launch.environment({"PYTHONPATH": str(pythonpath)})
     check_overlay(args.python, env, test_dir, pythonpath)
     ranks = 2
     if test_file in INTEGRATION_FILES:

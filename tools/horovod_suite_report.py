@@ -2,6 +2,7 @@
 tests passed, failed and skipped before and after the patches; the tests the patches fixed
 or broke; and each test still failing, with its cause and the scratch copy's outcome."""
 
+from hvd_mnist.verification.launch import DEFAULT_ENV
 from tools import horovod_suite_cases
 from tools.horovod_suite import _function_name, counts
 
@@ -12,8 +13,8 @@ def render(record: dict) -> str:
         "",
         "Horovod 0.28.1's test/parallel files (tag v0.28.1) under "
         "`horovodrun -np 2 -H localhost:2`, each rank running `python -m pytest` "
-        "(pytest<8, mock, parameterized) with HOROVOD_STALL_CHECK_TIME_SECONDS=60 and "
-        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=120, made by `make horovod-suite "
+        "(pytest<8, mock, parameterized) with "
+        + " ".join(f"{k}={v}" for k, v in DEFAULT_ENV.items()) + ", made by `make horovod-suite "
         "HOROVOD_SRC=DIR`. A test counts as failed when it failed on either rank.",
         "",
         "Before: the installed Horovod's Python with these patches reversed: "
