@@ -96,6 +96,13 @@ def test_a_precision_far_slower_than_float32_is_not_run_under_horovod():
                                      "ran at 0.01x float32's"}
 
 
+def test_a_precision_too_slow_here_is_left_out_of_the_accuracy_runs():
+    # bfloat16 on a CPU without its instructions: 0.11x float32's on the AVX2-only EPYC.
+    runs = training_paths.accuracy_runs({"mixed_bfloat16": "its step alone ran at 0.11x"})
+    assert list(runs) == ["seed_custom", "seed_keras", "fast_custom"]
+    assert training_paths.accuracy_runs() == training_paths.ACCURACY_RUNS
+
+
 @pytest.mark.parametrize("value, cell", [
     (784214.486, "784214"),  # images/s: whole numbers
     (3433.78, "3434"),

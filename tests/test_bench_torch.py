@@ -196,7 +196,8 @@ def test_the_step_profiles_set_each_piece_of_both_frameworks_side_by_side():
         return {"framework": framework, "batch": 128, "step_ms": 50 * scale,
                 "optimizer_ms": 4 * scale,
                 "pieces": [{"name": "Conv2D(64)", "forward_ms": 10 * scale,
-                            "backward_ms": 20 * scale}],
+                            "backward_ms": 20 * scale},
+                           {"name": "Dropout(0.5)", "forward_ms": 0.5, "backward_ms": -0.17}],
                 "ops": [{"op": "Conv2DBackpropFilter", "ms_per_step": 12.5 * scale}]}
     profile = {"tensorflow": side("TensorFlow 2.21.0", 1.0), "torch": side("PyTorch 2.13.0", 2.0),
                "horovod_allreduce": {"gradient_bytes": 4799528, "allreduce_fp32_seconds": 0.012},
@@ -204,6 +205,8 @@ def test_the_step_profiles_set_each_piece_of_both_frameworks_side_by_side():
                                    "allreduce_per_tensor_seconds": 0.02}}
     text = step_profile.markdown(profile)
     assert "| Conv2D(64) | 10.0 | 20.0 | 20.0 | 40.0 | 0.500× |" in text
+    # A backward below zero is the noise of the two timings it is the difference of.
+    assert "| Dropout(0.5) | 0.500 | ≈0 | 0.500 | ≈0 | 1.00× |" in text
     assert "| optimizer update (Adam) | 4.00 |  | 8.00 |  | 0.500× |" in text
     assert "| **the whole step** | 50.0 |  | 100 |  | 0.500× |" in text
     assert ("| allreduce of the gradients at -np 2 (4.8 MB; PyTorch: one flat buffer) | 12.0 |"

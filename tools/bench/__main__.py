@@ -43,7 +43,8 @@ def define_flags():
                                                               for n in v),
                              message="--nps must be positive integers, e.g. 1,2,4")
     # float32 alone where bfloat16 cannot run: under ONEDNN_MAX_CPU_ISA=AVX2, which emulates
-    # the AVX2-only machines, oneDNN has no bfloat16 convolution.
+    # the AVX2-only machines, oneDNN has no bfloat16 convolution. (On a CPU without bfloat16
+    # instructions the bench leaves it out by itself: limit.screen_precisions.)
     flags.DEFINE_multi_enum("torch_precisions", list(versus.PRECISIONS), versus.PRECISIONS,
                             "Precisions of part torch.")
     flags.DEFINE_integer("versus_repeats", 3, "Alternating runs of each program per -np "
@@ -80,14 +81,20 @@ def main(argv):
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
                "command": command_line(sys.argv[1:], os.environ)}
+    # Each precision's step alone first: one far slower than float32 here (bfloat16 without
+    # its instructions, as on the AVX2-only machines) is left out of every part.
+    if {"accuracy", "torch", "limit"} & set(args.parts):
+        results["precisions"] = limit.screen_precisions()
+    skipped = results.get("precisions", {}).get("skipped", {})
     if "paths" in args.parts:
         training_paths.measure(results, nps, args.data_dir, args.out_dir)
     if "accuracy" in args.parts:
-        results["time_to_accuracy"] = training_paths.time_to_accuracy(args.data_dir,
-                                                                      args.out_dir)
+        results["time_to_accuracy"] = training_paths.time_to_accuracy(
+            args.data_dir, args.out_dir, skipped)
     if "versus" in args.parts or "torch" in args.parts:
         results["versus"] = {"repeats": args.versus_repeats, "comparison": versus.compare(
-            nps, args.torch_precisions if versus_torch else ["float32"], args.versus_repeats,
+            nps, [p for p in args.torch_precisions if p not in skipped] if versus_torch
+            else ["float32"], args.versus_repeats,
             args.out_dir, args.data_dir, args.idx_dir, versus_torch)}
         if versus_torch:
             results["versus"]["versions"] = torch_venv.versions(versus_torch)
@@ -102,6 +109,11 @@ def write_reports(path: str, results: dict) -> None:
     """The JSON report at path, and beside it (.md) every table of this run."""
     sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, "
                 f"{results['date']} ({results['bench_seconds']:.0f} s).", ""]
+    screened = results.get("precisions", {})
+    for precision in screened.get("skipped", {}):
+        rates = screened["step_alone_images_per_second"]
+        sections += [f"{precision} is left out of every part: its step alone ran at "
+                     f"{rates[precision] / rates['float32']:.2f}x float32's here.", ""]
     if "throughput" in results:
         sections += [training_paths.table(results), ""]
     if "time_to_accuracy" in results:

@@ -3,7 +3,9 @@ can do at all. Achieved GFLOP/s (images/s x the model's training FLOPs per image
 over the peak of the dtype its layers compute in: in this process on every core, the higher
 of a 2048 x 2048 matmul and the model's own second convolution (oneDNN's convolutions can
 beat its matmul). A precision whose step alone runs at under SKIP_BELOW of float32's
-(float16 on CPUs) is not run under Horovod, with the reason in the report. Then one float32
+(float16 on CPUs, bfloat16 on CPUs without its instructions) is not run under Horovod in any
+part of the bench (screen_precisions, which the bench calls first), with the reason in the
+report. Then one float32
 step taken apart, TensorFlow beside PyTorch (step_profile.py; torch_python is the PyTorch
 venv's interpreter, which the bench makes first)."""
 
@@ -49,15 +51,21 @@ def too_slow(step_rates: dict) -> dict:
             for p, ratio in ratios.items() if ratio < SKIP_BELOW}
 
 
+def screen_precisions() -> dict:
+    """Each precision's step alone in this process, and the precisions too slow to run
+    under Horovod here: {"step_alone_images_per_second": ..., "skipped": too_slow's}."""
+    # A few steps each: float16's can take seconds apiece.
+    rates = {precision: training_paths.step_alone_images_per_second(precision, 2, 2)
+             for precision in PRECISIONS}
+    return {"step_alone_images_per_second": rates, "skipped": too_slow(rates)}
+
+
 def measure(results: dict, nps: list, data_dir: str, out_dir: str, torch_python: str) -> dict:
+    """results["precisions"] is screen_precisions()'s."""
     from hvd_mnist.training import model as model_lib
     cost = flops.training_flops_per_image(model_lib.build_model())
-    out = {"flops_per_image": cost, "peak_gflops": peaks(), "runs": {}}
-    # A few steps each: float16's can take seconds apiece.
-    out["step_alone_images_per_second"] = {
-        precision: training_paths.step_alone_images_per_second(precision, 2, 2)
-        for precision in PRECISIONS}
-    out["skipped"] = too_slow(out["step_alone_images_per_second"])
+    out = {"flops_per_image": cost, "peak_gflops": peaks(), "runs": {},
+           **results["precisions"]}
     earlier = results.get("throughput", {})  # float32's runs, where part paths made them
     for precision in (p for p in PRECISIONS if p not in out["skipped"]):
         peak = max(out["peak_gflops"][COMPUTE_DTYPE[precision]].values())

@@ -297,15 +297,20 @@ def pieces_table(profile: dict) -> str:
     tf_, pt = profile["tensorflow"], profile["torch"]
     f = tables.figure
 
+    def backward(ms) -> str:
+        """A backward is a difference of two timings: below zero it is their noise, shown
+        as ≈0 and counted as 0."""
+        return "" if ms is None else "≈0" if ms < 0 else f(ms)
+
     def row(name, tf_ms, pt_ms, tf_backward=None, pt_backward=None) -> list:
         """TF's and PyTorch's ms (a piece's forward, then its backward), and TF / PyTorch."""
-        ratio = (tf_ms + (tf_backward or 0)) / (pt_ms + (pt_backward or 0))
-        return [name, f(tf_ms), "" if tf_backward is None else f(tf_backward), f(pt_ms),
-                "" if pt_backward is None else f(pt_backward), tables.ratio(ratio)]
+        ratio = (tf_ms + max(tf_backward or 0, 0)) / (pt_ms + max(pt_backward or 0, 0))
+        return [name, f(tf_ms), backward(tf_backward), f(pt_ms), backward(pt_backward),
+                tables.ratio(ratio)]
 
     rows = [row(a["name"], a["forward_ms"], b["forward_ms"], a["backward_ms"], b["backward_ms"])
             for a, b in zip(tf_["pieces"], pt["pieces"])]
-    added = [sum(p["forward_ms"] + p["backward_ms"] for p in side["pieces"])
+    added = [sum(p["forward_ms"] + max(p["backward_ms"], 0) for p in side["pieces"])
              + side["optimizer_ms"] for side in (tf_, pt)]
     hvd, gloo = profile["horovod_allreduce"], profile["torch_allreduce"]
     rows += [row("optimizer update (Adam)", tf_["optimizer_ms"], pt["optimizer_ms"]),
