@@ -92,10 +92,11 @@ def main(argv):
         results["time_to_accuracy"] = training_paths.time_to_accuracy(
             args.data_dir, args.out_dir, skipped)
     if "versus" in args.parts or "torch" in args.parts:
+        precisions = ([p for p in args.torch_precisions if p not in skipped] if versus_torch
+                      else ["float32"])
         results["versus"] = {"repeats": args.versus_repeats, "comparison": versus.compare(
-            nps, [p for p in args.torch_precisions if p not in skipped] if versus_torch
-            else ["float32"], args.versus_repeats,
-            args.out_dir, args.data_dir, args.idx_dir, versus_torch)}
+            nps, precisions, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir,
+            versus_torch)}
         if versus_torch:
             results["versus"]["versions"] = torch_venv.versions(versus_torch)
         print(versus.table(results["versus"]["comparison"]), flush=True)

@@ -5,9 +5,8 @@ of a 2048 x 2048 matmul and the model's own second convolution (oneDNN's convolu
 beat its matmul). A precision whose step alone runs at under SKIP_BELOW of float32's
 (float16 on CPUs, bfloat16 on CPUs without its instructions) is not run under Horovod in any
 part of the bench (screen_precisions, which the bench calls first), with the reason in the
-report. Then one float32
-step taken apart, TensorFlow beside PyTorch (step_profile.py; torch_python is the PyTorch
-venv's interpreter, which the bench makes first)."""
+report. Then one float32 step taken apart, TensorFlow beside PyTorch (step_profile.py;
+torch_python is the PyTorch venv's interpreter, which the bench makes first)."""
 
 from tools.bench import flops, step_profile, tables, training_paths
 
