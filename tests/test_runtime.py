@@ -69,3 +69,15 @@ def test_deterministic_turns_off_tensor_fusion_and_on_op_determinism():
     environ = {}
     runtime.configure_determinism(False, environ=environ, tf_config=fake)
     assert environ == {} and calls == ["op determinism"]
+
+
+def test_cpu_hosts_get_a_5ms_horovod_cycle_unless_the_user_chose_one():
+    environ = {}
+    runtime.configure_cycle_time(has_gpu=False, environ=environ)
+    assert environ == {"HOROVOD_CYCLE_TIME": "5"}
+    environ = {"HOROVOD_CYCLE_TIME": "0.5"}  # exported, or horovodrun's --cycle-time-ms
+    runtime.configure_cycle_time(has_gpu=False, environ=environ)
+    assert environ == {"HOROVOD_CYCLE_TIME": "0.5"}
+    environ = {}
+    runtime.configure_cycle_time(has_gpu=True, environ=environ)  # Horovod's own 1 ms
+    assert environ == {}

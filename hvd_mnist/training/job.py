@@ -59,6 +59,7 @@ def start_horovod(*, deterministic: bool, threads_per_rank: int) -> tuple[runtim
     """Horovod, this process's GPU and its thread pools (threads_per_rank threads, or with 0
     the host's cores shared by its ranks); returns where it runs and its number of threads."""
     runtime.configure_determinism(deterministic)
+    runtime.configure_cycle_time(has_gpu=bool(tf.config.list_physical_devices("GPU")))
     topology = runtime.init_horovod()  # Horovod: hvd.init(), then where this rank runs
     runtime.configure_gpus(topology.local_rank)  # Horovod: one GPU per process, by local rank
     threads = runtime.threads_per_rank(threads_per_rank, topology.local_size,
