@@ -143,7 +143,8 @@ bench: $(SETUP_STAMP) $(DATA_STAMP)
 
 # make bench's part "torch" alone: hvd_mnist against the same job in PyTorch DDP and Horovod's
 # example at -np 1, 2 and 4, float32 and bfloat16; makes .venv-torch first when it is missing
-# (torch-venv); writes bench_torch.json and .md into reports/. Not yet timed on a quiet machine.
+# (torch-venv); writes bench_torch.json and .md into reports/. 28 min on the AVX2-only EPYC
+# (reports/bench_torch_epyc_avx2.md), making the PyTorch venv included.
 bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
 
