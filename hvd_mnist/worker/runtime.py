@@ -45,7 +45,8 @@ CPU_CYCLE_TIME_MS = "5"
 
 def configure_cycle_time(has_gpu: bool, environ=os.environ) -> None:
     """On a host without a GPU, Horovod's cycle at CPU_CYCLE_TIME_MS unless the user set
-    HOROVOD_CYCLE_TIME (or horovodrun's --cycle-time-ms); must run before hvd.init."""
+    HOROVOD_CYCLE_TIME (or horovodrun's --cycle-time-ms); must run before hvd.init. Not for
+    elastic runs (job.start_process says why)."""
     if not has_gpu:
         environ.setdefault("HOROVOD_CYCLE_TIME", CPU_CYCLE_TIME_MS)
 
