@@ -34,13 +34,13 @@ def start(config: config_lib.TrainConfig) -> Job:
     (`runtime.on_every_rank`, `runtime.on_chief`), so a bad input is reported by
     every rank, not just one.
     """
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    runtime.configure_cycle_time(has_gpu)  # before hvd.init; elastic keeps Horovod's own
     topology, threads = start_horovod(deterministic=config.deterministic,
-                                      threads_per_rank=config.threads_per_rank,
-                                      cpu_cycle_time=True)
+                                      threads_per_rank=config.threads_per_rank)
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     # After the checks of the input, which write nothing, and before anything is written.
     taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
     for line in (taken_over,
                  precision.describe(config.precision, fp16_allreduce=config.fp16_allreduce),
                  precision.cpu_warning(config.precision, has_gpu=has_gpu)):
@@ -56,18 +56,13 @@ def start_process(config: config_lib.TrainConfig) -> Job:
     # during the state's sync (a message of another size than expected), on the AVX2-only
     # EPYC, in tests/test_elastic.py's joining test.
     return open_job(config, *start_horovod(deterministic=config.deterministic,
-                                           threads_per_rank=config.threads_per_rank,
-                                           cpu_cycle_time=False))
+                                           threads_per_rank=config.threads_per_rank))
 
 
-def start_horovod(*, deterministic: bool, threads_per_rank: int,
-                  cpu_cycle_time: bool) -> tuple[runtime.Topology, int]:
+def start_horovod(*, deterministic: bool, threads_per_rank: int) -> tuple[runtime.Topology, int]:
     """Horovod, this process's GPU and its thread pools (threads_per_rank threads, or with 0
-    the host's cores shared by its ranks); returns where it runs and its number of threads.
-    With `cpu_cycle_time`, Horovod's cycle as runtime.configure_cycle_time sets it."""
+    the host's cores shared by its ranks); returns where it runs and its number of threads."""
     runtime.configure_determinism(deterministic)
-    if cpu_cycle_time:
-        runtime.configure_cycle_time(has_gpu=bool(tf.config.list_physical_devices("GPU")))
     topology = runtime.init_horovod()  # Horovod: hvd.init(), then where this rank runs
     runtime.configure_gpus(topology.local_rank)  # Horovod: one GPU per process, by local rank
     threads = runtime.threads_per_rank(threads_per_rank, topology.local_size,
