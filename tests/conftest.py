@@ -25,6 +25,17 @@ HOROVOD_TEST_ENV = {
 }
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """A test's changes to this process's environment end with it: a trainer run in-process
+    sets variables for Horovod (runtime.configure_cycle_time), and the jobs later tests start
+    would inherit them (launch.environment passes the caller's on)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def synthetic_digits(n: int, seed: int):
     """Learnable fake digits: class k is a bright bar in row band k, plus noise."""
     rng = np.random.default_rng(seed)
