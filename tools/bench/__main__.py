@@ -2,13 +2,14 @@
 
     python -m tools.bench [--parts=paths,accuracy,versus,torch,limit] [--nps=1,2,4]
 
-Parts, in this order: paths (hvd_mnist's step alone, then the custom loop and Keras fit at
-each --nps) and accuracy (seconds to 99.0% at -np 2 of each recipe and precision), both in
-training_paths.py; versus (against Horovod's own example at each --nps) and torch (with the
-same job in PyTorch DDP beside them, in float32 and bfloat16), both in versus.py; limit
-(each precision against the machine's peak GFLOP/s, and one step taken apart beside
-PyTorch's, limit.py). Writes reports/bench.json
-and .md; a run of some parts only, reports/bench_<parts>.json and .md instead.
+First each precision's step alone (limit.screen_precisions). Parts, in this order: paths
+(float32's step alone, then the custom loop and Keras fit at each --nps) and accuracy
+(seconds to 99.0% at -np 2 of each recipe and precision), both in training_paths.py; versus
+(against Horovod's own example at each --nps) and torch (with the same job in PyTorch DDP
+beside them, in float32 and bfloat16), both in versus.py; limit (each precision against the
+machine's peak GFLOP/s, and one step taken apart beside PyTorch's, limit.py). Writes
+reports/bench.json and .md; a run of some parts only, reports/bench_<parts>.json and .md
+instead.
 """
 
 import os
@@ -83,7 +84,7 @@ def main(argv):
                "command": command_line(sys.argv[1:], os.environ)}
     # Each precision's step alone first: one far slower than float32 here (bfloat16 without
     # its instructions, as on the AVX2-only machines) is left out of every part.
-    if {"accuracy", "torch", "limit"} & set(args.parts):
+    if {"paths", "accuracy", "torch", "limit"} & set(args.parts):
         results["precisions"] = limit.screen_precisions()
     skipped = results.get("precisions", {}).get("skipped", {})
     if "paths" in args.parts:
@@ -111,10 +112,8 @@ def write_reports(path: str, results: dict) -> None:
     sections = [f"`{results.get('command', 'make bench')}` on {results['machine']}, "
                 f"{results['date']} ({results['bench_seconds']:.0f} s).", ""]
     screened = results.get("precisions", {})
-    for precision in screened.get("skipped", {}):
-        rates = screened["step_alone_images_per_second"]
-        sections += [f"{precision} is left out of every part: its step alone ran at "
-                     f"{rates[precision] / rates['float32']:.2f}x float32's here.", ""]
+    for precision, reason in screened.get("skipped", {}).items():
+        sections += [f"{precision} is left out of every part ({reason}).", ""]
     if "throughput" in results:
         sections += [training_paths.table(results), ""]
     if "time_to_accuracy" in results:

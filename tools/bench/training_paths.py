@@ -61,8 +61,10 @@ def throughput_run(name: str, np_: int, run_flags: list, data_dir: str, out_dir:
 
 
 def measure(results: dict, nps: list, data_dir: str, out_dir: str) -> None:
-    """Part "paths" into results: the step alone, and both paths at each -np."""
-    results["step_alone_images_per_second"] = step_alone_images_per_second()
+    """Part "paths" into results: float32's step alone (from the bench's screen,
+    limit.screen_precisions, run first), and both paths at each -np."""
+    results["step_alone_images_per_second"] = (
+        results["precisions"]["step_alone_images_per_second"]["float32"])
     print(f"the step alone: {results['step_alone_images_per_second']:.0f} images/s", flush=True)
     runs = results["throughput"] = {}
     for np_ in nps:
