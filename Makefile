@@ -159,7 +159,8 @@ torch-venv: $(SETUP_STAMP)
 	$(BIN)/python -m tools.bench.torch_venv --venv=.venv-torch
 
 # --elastic without a failure beside a normal run at -np 2, taking turns, then the time
-# from a worker's SIGKILL to the survivor's first commit; reports/elastic.md.
+# from a worker's SIGKILL to the survivor's first commit; reports/elastic.md. 8 min on the
+# AVX2-only EPYC (reports/elastic.md).
 bench-elastic: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.elastic --data_dir=$(DATA_DIR)
 

@@ -5,12 +5,14 @@ example, as tools/bench/horovod_example.py runs it."""
 import json
 import math
 import os
+import re
 
 import pytest
 
 from conftest import horovodrun
-from tools.bench import (__main__ as bench, flops, launch, limit, machine, steady_state,
-                         tables, training_paths)
+from hvd_mnist.outputs import progress
+from tools.bench import (__main__ as bench, elastic, flops, launch, limit, machine,
+                         steady_state, tables, training_paths)
 
 
 @pytest.mark.parametrize("windows, expected", [
@@ -207,3 +209,18 @@ def test_a_report_names_the_arithmetic_settings_its_runs_had():
     assert bench.command_line(["--parts=torch"], environ) == (
         "ONEDNN_MAX_CPU_ISA=AVX2 python -m tools.bench --parts=torch")
     assert bench.command_line([], {}) == "python -m tools.bench"
+
+
+class NoBoard:
+    def train_window(self, run_step, **scalars):
+        pass
+
+
+def test_the_elastic_recovery_is_timed_from_the_step_lines_rank_0_prints(capsys):
+    monitor = progress.TrainingMonitor("lines", epochs=2, steps_per_epoch=60,
+                                       images_per_step=256, log_every=1, board=NoBoard(),
+                                       learning_rate=lambda: 0.002, show=True)
+    monitor.start_epoch(1, done_steps=20)
+    monitor.step_done(21, lambda: 0.5)
+    line = "[0]<stdout>:" + capsys.readouterr().out  # as horovodrun forwards it
+    assert re.search(elastic.STEP, line).groups() == ("1", "21")

@@ -1,27 +1,28 @@
 """make bench-elastic: what --elastic costs without a failure, and how fast it recovers from
 one, on one machine (docs/elastic.md, What it costs).
 
-    python -m tools.bench.elastic [--repeats=5]    (~7 min on 2 cores)
+    python -m tools.bench.elastic [--repeats=5]    (8 min on the AVX2-only EPYC)
 
 Throughput: the same short custom-loop run at -np 2, "normal" and "elastic" (on two
 one-slot hosts, ELASTIC_HOSTS, with --threads_per_rank=1), taking turns so that a change in
 the machine's load hits both alike; medians of steady images/s (steady_state.py), of
 training images/s (summary.json's, tracing included: the windows leave out what happens
 between them, not the same on both paths) and of the elastic runs' time in commits.
-Recovery: rank 1 of an elastic run with --example_log (tests/with_aids.py) SIGKILLed after
-its first commit; the seconds to the survivor's first step and commit, and where it restarted.
+Recovery: rank 1 of an elastic run SIGKILLed after its first commit; from rank 0's output
+lines, the seconds to the survivor's restart, first step and first commit, and where it
+restarted.
 Discovery: the CPU seconds of one call of tools/discover_hosts.sh made as horovodrun's
 elastic driver makes it, about once a second for the whole job.
 """
 
-import json
 import os
+import re
 import resource
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -32,10 +33,10 @@ from tools.bench import launch, machine, steady_state, tables  # noqa: E402
 
 FLAGS = flags.FLAGS
 DISCOVER = os.path.join(launch.REPO_ROOT, "tools", "discover_hosts.sh")
-WITH_AIDS = os.path.join(launch.REPO_ROOT, "tests", "with_aids.py")
 ELASTIC_HOSTS = ("localhost:1", "127.0.0.1:1")
 VARIANTS = {"normal": [], "elastic": ["--elastic", "--threads_per_rank=1"]}
 REPORT = "reports/elastic.json"  # and .md beside it
+COMMIT_EVERY = 20  # --commit_every of the recovery run (the default)
 
 
 def define_flags():
@@ -133,50 +134,81 @@ def throughput(out_dir: str) -> dict:
     }
 
 
-def _read_log(log_dir: str) -> dict:
-    records = {}
-    for name in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
-        with open(os.path.join(log_dir, name)) as f:
-            records[int(name.split("-")[1].split(".")[0])] = [
-                json.loads(line) for line in f.read().splitlines() if line.endswith("}")]
-    return records
+class Lines:
+    """A job's output lines, each with the time.time() it was read at (a thread reads them
+    as they come), also written to a log file."""
+
+    def __init__(self, process, log):
+        self.process, self.seen = process, []
+        self._thread = threading.Thread(target=self._read, args=(log,), daemon=True)
+        self._thread.start()
+
+    def _read(self, log):
+        for line in self.process.stdout:
+            self.seen.append((time.time(), line))
+            log.write(line)
+            log.flush()
+
+    def wait_for(self, pattern: str, after: float = 0.0, timeout: float = 300):
+        """(time, match) of the first line read after `after` that matches `pattern`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for seen_at, line in list(self.seen):
+                match = re.search(pattern, line)
+                if seen_at > after and match:
+                    return seen_at, match
+            if self.process.poll() is not None and not self._thread.is_alive():
+                raise SystemExit(f"bench: the recovery run ended ({self.process.returncode}) "
+                                 f"before a line matching {pattern!r}")
+            time.sleep(0.02)
+        raise SystemExit(f"bench: no line matching {pattern!r} in {timeout} s")
 
 
-def _wait(condition, log_dir: str, process, timeout: float = 300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition(_read_log(log_dir))
-        if found:
-            return found
-        if process.poll() is not None:
-            raise SystemExit(f"bench: the recovery run ended early ({process.returncode})")
-        time.sleep(0.05)
-    raise SystemExit(f"bench: the recovery run did not get there in {timeout} s")
+def worker_pid(rank: int) -> int:
+    """The pid of the hvd_mnist.main worker horovodrun started as `rank` (its environment's
+    HOROVOD_RANK: a worker's first rank, which is all the kill needs)."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except (FileNotFoundError, PermissionError, NotADirectoryError, ProcessLookupError):
+            continue
+        # argv, not a shell's one-string command line holding the same words
+        if b"hvd_mnist.main" in argv and f"HOROVOD_RANK={rank}".encode() in environ:
+            return int(entry)
+    raise SystemExit(f"bench: no hvd_mnist worker of rank {rank} found")
+
+
+# Rank 0's lines (--progress=lines --log_every=1): a step's line is printed before that step's
+# commit, so the line of the step after a commit is the first sign the commit is done.
+STEP = r"epoch (\d+)/\d+ step (\d+)/\d+: loss"
+START = r"elastic: start {start} on (\d+) worker\(s\) at epoch (\d+), example (\d+) "
 
 
 def recovery(out_dir: str) -> dict:
+    """Rank 1 SIGKILLed after the first commit, timed from rank 0's own output lines."""
     model_dir = _fresh(os.path.abspath(os.path.join(out_dir, "recovery")))
-    log_dir = os.path.join(model_dir, "examples")
-    program = [sys.executable, WITH_AIDS, f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
-               f"--model_dir={model_dir}", *FLAGS.run_flags, *VARIANTS["elastic"],
-               f"--example_log={log_dir}"]
+    run_flags = [f for f in FLAGS.run_flags if not f.startswith(("--log_every", "--progress"))]
+    program = launch.python_module(
+        "hvd_mnist.main", f"--data_dir={os.path.abspath(FLAGS.data_dir)}",
+        f"--model_dir={model_dir}", *run_flags, *VARIANTS["elastic"], "--progress=lines",
+        "--log_every=1", f"--commit_every={COMMIT_EVERY}")
     with open(os.path.join(out_dir, "recovery.log"), "w") as log:
-        process = subprocess.Popen(elastic_command(program), stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=launch.REPO_ROOT,
+        process = subprocess.Popen(elastic_command(program), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, cwd=launch.REPO_ROOT,
                                    env=launch.environment(_hosts_env(out_dir)))
+        lines = Lines(process, log)
         try:
-            rank1 = _wait(lambda logs: next(
-                (pid for pid, rs in logs.items() if any("commit" in r for r in rs)
-                 and any(r.get("start") == 1 and r["rank"] == 1 for r in rs)), None),
-                log_dir, process)
+            lines.wait_for(rf"epoch 1/\d+ step {COMMIT_EVERY + 1}/")  # after the first commit
+            os.kill(worker_pid(1), signal.SIGKILL)
             killed = time.time()
-            os.kill(rank1, signal.SIGKILL)
-            restart = _wait(lambda logs: [r for pid, rs in logs.items() if pid != rank1
-                                          for r in rs if r.get("start") == 2], log_dir, process)[0]
-            first_step = _wait(lambda logs: [r for rs in logs.values() for r in rs
-                                             if r.get("step") == 2], log_dir, process)[0]
-            first_commit = _wait(lambda logs: [r for rs in logs.values() for r in rs
-                                               if r.get("commit") == 2], log_dir, process)[0]
+            restarted_at, restart = lines.wait_for(START.format(start=2), killed)
+            first_step_at, first = lines.wait_for(STEP, restarted_at)
+            committed_step = int(first.group(2)) + COMMIT_EVERY - 1
+            first_commit_at, _ = lines.wait_for(
+                rf"epoch {first.group(1)}/\d+ step {committed_step + 1}/", first_step_at)
             rc = process.wait(timeout=FLAGS.timeout)
         finally:
             if process.poll() is None:
@@ -184,10 +216,11 @@ def recovery(out_dir: str) -> dict:
                 process.wait()
     if rc != 0:
         raise SystemExit(f"bench: the recovery run failed ({rc}); see {out_dir}/recovery.log")
-    return {"kill_to_first_step_seconds": first_step["unix_time"] - killed,
-            "kill_to_first_commit_seconds": first_commit["unix_time"] - killed,
-            "restarted_at": {"epoch": restart["epoch"], "position": restart["position"],
-                             "workers": restart["size"]}}
+    return {"kill_to_restart_seconds": restarted_at - killed,
+            "kill_to_first_step_seconds": first_step_at - killed,
+            "kill_to_first_commit_seconds": first_commit_at - killed,
+            "restarted_at": {"epoch": int(restart.group(2)), "position": int(restart.group(3)),
+                             "workers": int(restart.group(1))}}
 
 
 def markdown(report: dict) -> str:
@@ -209,7 +242,8 @@ def markdown(report: dict) -> str:
         "turns; medians (tools/bench/elastic.py says what each variant is).", "",
         tables.markdown(["variant", "steady images/s", "lowest-highest", "over normal",
                          "training images/s", "over normal", "time in commits"], rows), "",
-        f"Recovery: rank 1 SIGKILLed after the first commit; the survivor's first step "
+        f"Recovery: rank 1 SIGKILLed after the first commit; from rank 0's lines, the "
+        f"survivor's restart {tables.figure(r['kill_to_restart_seconds'])} s, first step "
         f"{tables.figure(r['kill_to_first_step_seconds'])} s and first commit "
         f"{tables.figure(r['kill_to_first_commit_seconds'])} s after the kill, restarting "
         f"at epoch {r['restarted_at']['epoch']}, example {r['restarted_at']['position']}, "
