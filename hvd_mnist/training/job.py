@@ -35,7 +35,7 @@ def start(config: config_lib.TrainConfig) -> Job:
     every rank, not just one.
     """
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    runtime.configure_cycle_time(has_gpu)  # before hvd.init; elastic keeps Horovod's own
+    runtime.configure_cycle_time(has_gpu)  # before hvd.init
     topology, threads = start_horovod(deterministic=config.deterministic,
                                       threads_per_rank=config.threads_per_rank)
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
@@ -52,9 +52,8 @@ def start(config: config_lib.TrainConfig) -> Job:
 def start_process(config: config_lib.TrainConfig) -> Job:
     """`start` without any collective operation, so a worker joining an elastic job,
     whose peers are waiting in their state's sync, can run it alone."""
-    # Horovod's own cycle: with a 5 ms one, a worker joining an elastic job crashed in Gloo
-    # during the state's sync (a message of another size than expected), on the AVX2-only
-    # EPYC, in tests/test_elastic.py's joining test.
+    runtime.configure_cycle_time(bool(tf.config.list_physical_devices("GPU")))
+    runtime.configure_elastic_negotiation()  # both before hvd.init
     return open_job(config, *start_horovod(deterministic=config.deterministic,
                                            threads_per_rank=config.threads_per_rank))
 
