@@ -52,11 +52,11 @@ def configure_cycle_time(has_gpu: bool, environ=os.environ) -> None:
 
 def configure_elastic_negotiation(environ=os.environ) -> None:
     """Horovod's response cache off for an elastic run unless the user set
-    HOROVOD_CACHE_CAPACITY; must run before hvd.init. With it on, a worker joining a
-    running job (its cache empty, its peers' kept from before the reset) crashed in Gloo at
-    its first step, with messages of another size than expected, in 3 of 3 runs of
-    tests/test_elastic.py's joining test with a 5 ms cycle; with it off, in none
-    (docs/elastic.md)."""
+    HOROVOD_CACHE_CAPACITY; must run before hvd.init. With it on, whenever a cycle time was
+    set (1 ms or 5 ms), the running worker crashed in Gloo at its first step with a joining
+    one, the two ranks running collectives of different sizes, in every run of
+    tests/test_elastic.py's joining test; with it off, in none. Why the cache breaks there
+    was not found (docs/elastic.md)."""
     environ.setdefault("HOROVOD_CACHE_CAPACITY", "0")
 
 
