@@ -34,13 +34,12 @@ def start(config: config_lib.TrainConfig) -> Job:
     (`runtime.on_every_rank`, `runtime.on_chief`), so a bad input is reported by
     every rank, not just one.
     """
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    runtime.configure_cycle_time(has_gpu)  # before hvd.init
     topology, threads = start_horovod(deterministic=config.deterministic,
                                       threads_per_rank=config.threads_per_rank)
     job = runtime.on_every_rank(lambda: open_job(config, topology, threads))
     # After the checks of the input, which write nothing, and before anything is written.
     taken_over = runtime.on_chief(lambda: ownership.take(config.model_dir))
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
     for line in (taken_over,
                  precision.describe(config.precision, fp16_allreduce=config.fp16_allreduce),
                  precision.cpu_warning(config.precision, has_gpu=has_gpu)):
@@ -52,8 +51,7 @@ def start(config: config_lib.TrainConfig) -> Job:
 def start_process(config: config_lib.TrainConfig) -> Job:
     """`start` without any collective operation, so a worker joining an elastic job,
     whose peers are waiting in their state's sync, can run it alone."""
-    runtime.configure_cycle_time(bool(tf.config.list_physical_devices("GPU")))
-    runtime.configure_elastic_negotiation()  # both before hvd.init
+    runtime.configure_elastic_negotiation()  # before start_horovod's hvd.init
     return open_job(config, *start_horovod(deterministic=config.deterministic,
                                            threads_per_rank=config.threads_per_rank))
 
@@ -62,6 +60,7 @@ def start_horovod(*, deterministic: bool, threads_per_rank: int) -> tuple[runtim
     """Horovod, this process's GPU and its thread pools (threads_per_rank threads, or with 0
     the host's cores shared by its ranks); returns where it runs and its number of threads."""
     runtime.configure_determinism(deterministic)
+    runtime.configure_cycle_time(has_gpu=bool(tf.config.list_physical_devices("GPU")))
     topology = runtime.init_horovod()  # Horovod: hvd.init(), then where this rank runs
     runtime.configure_gpus(topology.local_rank)  # Horovod: one GPU per process, by local rank
     threads = runtime.threads_per_rank(threads_per_rank, topology.local_size,
