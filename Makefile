@@ -29,6 +29,8 @@ export TF_CPP_MIN_LOG_LEVEL ?= 1
 export OMPI_MCA_mpi_yield_when_idle ?= 1
 
 SETUP_STAMP := $(VENV)/.setup-done
+TORCH_VENV := .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.setup-done
 # prepare writes the decoded copy (hvd_mnist/data/decoded.py) last.
 DATA_STAMP := $(DATA_DIR)/hvd_mnist_decoded/mnist-3.0.1/source.json
 
@@ -135,28 +137,35 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.parity --np 2 --data_dir=$(DATA_DIR)
 
 # Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
-# and the same job in PyTorch DDP (making .venv-torch when it is missing), each precision
-# against the machine's peak and one step taken apart beside PyTorch's, side by side;
+# and the same job in PyTorch DDP (in .venv-torch: torch-venv), each precision against the
+# machine's peak and one step taken apart beside PyTorch's, side by side;
 # reports/bench.json and .md (tools/bench/__main__.py).
-bench: $(SETUP_STAMP) $(DATA_STAMP)
+bench: $(SETUP_STAMP) $(DATA_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
 # make bench's part "torch" alone: hvd_mnist against the same job in PyTorch DDP and Horovod's
 # example at -np 1, 2 and 4, float32 and bfloat16; makes .venv-torch first when it is missing
 # (torch-venv); writes bench_torch.json and .md into reports/. 28 min on the AVX2-only EPYC
 # (reports/bench_torch_epyc_avx2.md), making the PyTorch venv included.
-bench-torch: $(SETUP_STAMP) $(DATA_STAMP)
+bench-torch: $(SETUP_STAMP) $(DATA_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench --parts=torch --data_dir=$(DATA_DIR)
 
 # One training step taken apart, TensorFlow beside PyTorch, one thread, and the gradients'
 # allreduce at -np 2 under Horovod and Gloo (tools/bench/step_profile.py); prints the tables
 # and writes them, with every figure, to runs/bench/step_profile.md and .json.
-step-profile: $(SETUP_STAMP)
+step-profile: $(SETUP_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench.step_profile
 
-# The PyTorch venv of make bench (tools/pins/torch.txt: PyTorch's CPU build, Python 3.11).
-torch-venv: $(SETUP_STAMP)
-	$(BIN)/python -m tools.bench.torch_venv --venv=.venv-torch
+# The PyTorch venv of make bench (tools/pins/torch.txt: PyTorch's CPU build and numpy, with
+# the Python its "# pythons:" line allows). Its stamp is a copy of the pins it was made from:
+# changed pins make it again from scratch, and an install cut short leaves no stamp.
+torch-venv: $(TORCH_STAMP)
+$(TORCH_STAMP): tools/pins/torch.txt
+	rm -rf $(TORCH_VENV)
+	PYTHON= PINS=$(CURDIR)/tools/pins/torch.txt FOR="PyTorch's pins" \
+	  VENV=$(CURDIR)/$(TORCH_VENV) tools/setup_python.sh
+	$(TORCH_VENV)/bin/python -m pip install --quiet -r tools/pins/torch.txt
+	cp tools/pins/torch.txt $@
 
 # --elastic without a failure beside a normal run at -np 2, taking turns, then the time
 # from a worker's SIGKILL to the survivor's first commit; reports/elastic.md. 8 min on the

@@ -1,62 +1,55 @@
 """What make bench sets hvd_mnist beside: the same job in PyTorch DDP (tools/bench/torch_ddp.py),
 reading the same prepared data in the same order, and how the bench reads and reports its runs
-(versus.py) and makes its venv (torch_venv.py).
+(versus.py).
 
 Only the job itself needs PyTorch: its test runs when the venv make torch-venv (or make bench)
 makes is there, and skips, naming it, when not; make test never makes it.
 """
 
 import json
+import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from hvd_mnist.data import splits
-from tools.bench import launch, mnist_numpy, tables, torch_venv, versus
+from hvd_mnist.errors import DataError
+from tools.bench import launch, tables, versus
 
-TORCH_PYTHON = torch_venv.python_of(torch_venv.DEFAULT_VENV)
 needs_torch_venv = pytest.mark.skipif(
-    not torch_venv.is_ready(torch_venv.DEFAULT_VENV),
-    reason=f"no PyTorch venv at {torch_venv.DEFAULT_VENV} (make torch-venv makes it)")
+    not os.path.exists(launch.TORCH_PYTHON),
+    reason=f"no PyTorch venv ({launch.TORCH_PYTHON}; make torch-venv makes it)")
 
 
-@pytest.mark.parametrize("array", [
-    np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28, 1),
-    np.array([3, 1, 4, 1, 5, 9, 2**40], dtype=np.int64),
-    np.zeros((0, 28, 28, 1), np.uint8),
-])
-def test_the_decoded_copys_tensors_are_read_with_numpy_alone(array):
-    data = tf.io.serialize_tensor(array).numpy()
-    read = mnist_numpy.parse_tensor(data)
-    assert read.dtype == array.dtype and read.shape == array.shape
-    assert np.array_equal(read, array)
-
-
-def test_a_tensor_of_another_dtype_is_refused():
-    with pytest.raises(ValueError, match="dtype 1, not uint8 or int64"):
-        mnist_numpy.parse_tensor(tf.io.serialize_tensor(np.ones(3, np.float32)).numpy())
-
-
-def test_the_pytorch_job_reads_the_same_examples_as_hvd_mnist(tiny_data_dir):
+def test_the_pytorch_job_reads_the_same_examples_as_hvd_mnist(tiny_data_dir, tmp_path):
+    arrays_dir = versus.write_arrays(tiny_data_dir, str(tmp_path))
     for split in splits.SPLITS:
-        images, labels = mnist_numpy.load_split(tiny_data_dir, split)
         expected = splits.load_split(tiny_data_dir, split)
-        assert np.array_equal(images, expected.images)
-        assert np.array_equal(labels, expected.labels)
+        for what, array in (("images", expected.images), ("labels", expected.labels)):
+            # As torch_ddp.load_split reads them: .npy, no pickle.
+            read = np.load(os.path.join(arrays_dir, f"{split}-{what}.npy"), allow_pickle=False)
+            assert read.dtype == array.dtype and np.array_equal(read, array)
 
 
-def test_a_damaged_copy_stops_the_pytorch_job_naming_the_file(tiny_data_dir, tmp_path):
-    import shutil
+def test_a_damaged_copy_stops_the_bench_before_the_pytorch_job_naming_the_file(
+        tiny_data_dir, tmp_path):
     data_dir = tmp_path / "tfds"
     shutil.copytree(tiny_data_dir, data_dir)
-    labels = data_dir / mnist_numpy.DECODED_DIR / "test-labels.tensor"
+    labels = pathlib.Path(splits.decoded_dir(str(data_dir))) / "test-labels.tensor"
     labels.write_bytes(labels.read_bytes()[:-1] + b"\xff")
-    with pytest.raises(SystemExit, match=f"{labels} is damaged"):
-        mnist_numpy.load_split(str(data_dir), "test")
+    with pytest.raises(DataError, match=f"{labels} is damaged"):
+        versus.write_arrays(str(data_dir), str(tmp_path / "bench"))
+
+
+def test_without_the_pytorch_venv_the_bench_says_how_to_make_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(launch, "TORCH_PYTHON", str(tmp_path / "bin" / "python"))
+    with pytest.raises(SystemExit, match="no PyTorch venv .*; make torch-venv makes it"):
+        launch.torch_python()
 
 
 def test_the_pytorch_job_orders_the_examples_without_tensorflow():
@@ -143,34 +136,13 @@ def test_the_report_says_what_differs_between_the_jobs():
     assert tables.ratio(0.9) in text
 
 
-def test_the_pytorch_venv_is_made_again_when_its_pins_change(tmp_path):
-    pins = tmp_path / "torch.txt"
-    pins.write_text("# pythons: 3.11\ntorch==2.13.0\n")
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").touch()
-    assert not torch_venv.is_ready(str(venv), str(pins))  # no stamp: cut short
-    (venv / torch_venv.STAMP).write_text(pins.read_text())
-    assert torch_venv.is_ready(str(venv), str(pins))
-    pins.write_text("# pythons: 3.11\ntorch==2.14.0\n")
-    assert not torch_venv.is_ready(str(venv), str(pins))
-    assert torch_venv.pythons_allowed(str(pins)) == ["3.11"]
-
-
-def test_without_the_python_the_pins_allow_the_bench_says_what_to_install(monkeypatch,
-                                                                        tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
-    with pytest.raises(SystemExit, match="no Python 3.99 .* install one"):
-        torch_venv.find_python(["3.99"])
-
-
 @pytest.mark.long  # a torchrun -np 2 job: PyTorch's import and Gloo's start-up on each rank
 @needs_torch_venv
 def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_dir, tmp_path):
     # 25 steps of 8 images per rank: 400 of the tiny set's 480, one 20-step window.
+    arrays_dir = versus.write_arrays(tiny_data_dir, str(tmp_path))
     command = versus.torchrun_command(
-        2, TORCH_PYTHON, f"--data_dir={tiny_data_dir}", f"--out_dir={tmp_path}", "--steps=25",
+        2, launch.TORCH_PYTHON, f"--arrays_dir={arrays_dir}", f"--out_dir={tmp_path}", "--steps=25",
         "--batch_size=8", "--timeout_seconds=60", f"--launch_unix_time={time.time()}")
     result = subprocess.run(command, capture_output=True, text=True, timeout=180,
                             cwd=launch.REPO_ROOT)

@@ -181,6 +181,21 @@ def test_refuses_a_python_the_pins_do_not_list_and_writes_nothing(machine, versi
     assert not machine.venv.exists()
 
 
+def test_the_pytorch_venv_takes_the_python_its_own_pins_allow(machine):
+    # make torch-venv: tools/pins/torch.txt allows 3.11 alone, where TF's would take 3.12.
+    machine.on_path("3.12.4")
+    python = machine.in_pyenv("3.11.7")
+    result = machine.run(env={"PINS": str(ROOT / "tools" / "pins" / "torch.txt"),
+                              "FOR": "PyTorch's pins"})
+    assert result.returncode == 0, result.stderr
+    assert first_line(result) == f"setup: Python 3.11.7 ({python})"
+    (python.parent / python.name).unlink()
+    machine.venv.joinpath("bin", "python").unlink()
+    assert refusal(machine.run(env={"PINS": str(ROOT / "tools" / "pins" / "torch.txt"),
+                                    "FOR": "PyTorch's pins"})).startswith(
+        "setup: no Python 3.11 on PATH or in pyenv for PyTorch's pins; install one")
+
+
 def test_refuses_a_missing_path_and_writes_nothing(machine):
     assert refusal(machine.run(python="/nonexistent")) == (
         "setup: PYTHON=/nonexistent: no such file; pass PYTHON=/path/to/python3.X with X "

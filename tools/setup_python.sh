@@ -2,7 +2,8 @@
 # The Python tools/setup.sh builds the venv with, the system packages the build needs
 # (apt_install, which setup.sh also uses for the test bed's), and the venv itself. Sourced by tools/setup.sh (which sets TF, PINS, PYTHON, VENV).
 # Run alone, `TF=2.21 VENV=DIR tools/setup_python.sh` does only these steps
-# (tests/test_setup_python.py runs it against fake Pythons).
+# (tests/test_setup_python.py runs it against fake Pythons); with PINS=FILE FOR=WHAT, for
+# another pins file (make torch-venv: tools/pins/torch.txt).
 #
 # Without PYTHON=, the pins file's "# pythons:" line is the preference order; each
 # version is looked for as python3.X on PATH, then in pyenv's versions (PYENV_ROOT, or the
@@ -53,8 +54,9 @@ install_hint() {  # what to install for a Python the pins allow, for this OS
 }
 
 # Sets PYTHON and PYTHON_VERSION, or stops with one line; writes nothing. Its line
-# "setup: Python X.Y.Z (path)" is the first setup prints.
+# "setup: Python X.Y.Z (path)" is the first setup prints. FOR names what the pins are for.
 choose_python() {
+  local FOR=${FOR:-TF $TF}
   read -r -a pythons < <(sed -n 's/^# pythons: //p' "$PINS")
   local origin=""
   if [ -z "$PYTHON" ] && venv_is_whole; then
@@ -67,7 +69,7 @@ choose_python() {
       PYTHON=
     done
     if [ -z "$PYTHON" ]; then
-      echo "setup: no Python ${pythons[*]} on PATH or in pyenv for TF $TF; install one" \
+      echo "setup: no Python ${pythons[*]} on PATH or in pyenv for $FOR; install one" \
            "($(install_hint)) or pass PYTHON=/path/to/python3.X" >&2
       exit 1
     fi
@@ -83,7 +85,7 @@ choose_python() {
     exit 1
   }
   if [[ " ${pythons[*]} " != *" ${PYTHON_VERSION%.*} "* ]]; then
-    echo "setup: TF $TF has no wheels for Python $PYTHON_VERSION ($PYTHON); pass" \
+    echo "setup: $FOR has no wheels for Python $PYTHON_VERSION ($PYTHON); pass" \
          "PYTHON=/path/to/python3.X with X one of ${pythons[*]}" >&2
     exit 1
   fi
@@ -195,7 +197,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   : "${VENV:?VENV=DIR tools/setup_python.sh: the venv to make}"
   TF=${TF:-2.21}
   PYTHON=${PYTHON:-}
-  PINS=$(cd "$(dirname "$0")" && pwd)/pins/tf$TF.txt
+  PINS=${PINS:-$(cd "$(dirname "$0")" && pwd)/pins/tf$TF.txt}
   choose_python
   ensure_build_packages
   make_venv

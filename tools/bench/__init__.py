@@ -3,7 +3,6 @@
     python -m tools.bench                  make bench         reports/bench.json, bench.md
     python -m tools.bench --parts=torch    make bench-torch   bench_torch.json, .md in reports/
     python -m tools.bench.step_profile     make step-profile  one step, TF beside PyTorch
-    python -m tools.bench.torch_venv       make torch-venv    the PyTorch venv (.venv-torch)
     python -m tools.bench.elastic          make bench-elastic reports/elastic.json, elastic.md
     python -m tools.bench.scaling          make scaling       reports/scaling.json, scaling.md
 

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from tools.bench import limit, machine, tables, torch_venv, training_paths, versus  # noqa: E402
+from tools.bench import launch, limit, machine, tables, training_paths, versus  # noqa: E402
 
 PARTS = ("paths", "accuracy", "versus", "torch", "limit")
 REPORT = "reports/bench.json"  # of a run of every part
@@ -75,9 +75,9 @@ def main(argv):
     started = time.perf_counter()
     training_paths.use_every_core()
 
-    # The PyTorch venv first: a machine that cannot make it stops the bench before an hour of
-    # runs. Part torch runs the PyTorch job, part limit takes PyTorch's step apart.
-    torch_python = torch_venv.ensure() if {"torch", "limit"} & set(args.parts) else None
+    # Part torch runs the PyTorch job, part limit takes PyTorch's step apart: without the
+    # PyTorch venv the bench stops here, not after an hour of runs.
+    torch_python = launch.torch_python() if {"torch", "limit"} & set(args.parts) else None
     versus_torch = torch_python if "torch" in args.parts else None
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
@@ -99,7 +99,7 @@ def main(argv):
             nps, precisions, args.versus_repeats, args.out_dir, args.data_dir, args.idx_dir,
             versus_torch)}
         if versus_torch:
-            results["versus"]["versions"] = torch_venv.versions(versus_torch)
+            results["versus"]["versions"] = versus.versions(versus_torch)
         print(versus.table(results["versus"]["comparison"]), flush=True)
     if "limit" in args.parts:
         results["limit"] = limit.measure(results, nps, args.data_dir, args.out_dir, torch_python)

@@ -11,14 +11,10 @@ between them, not the same on both paths) and of the elastic runs' time in commi
 Recovery: rank 1 of an elastic run SIGKILLed after its first commit; from rank 0's output
 lines, the seconds to the survivor's restart, first step and first commit, and where it
 restarted.
-Discovery: the CPU seconds of one call of tools/discover_hosts.sh made as horovodrun's
-elastic driver makes it, about once a second for the whole job.
 """
 
 import os
 import re
-import resource
-import shlex
 import shutil
 import signal
 import subprocess
@@ -64,30 +60,6 @@ def _fresh(model_dir: str) -> str:
     """An empty model_dir: an earlier bench's files would be read as this run's."""
     shutil.rmtree(model_dir, ignore_errors=True)
     return model_dir
-
-
-def discovery_command(hosts_file: str) -> str:
-    """The shell command that lists the hosts in hosts_file, as the driver is given it."""
-    return f"HVD_MNIST_HOSTS_FILE={shlex.quote(hosts_file)} {shlex.quote(DISCOVER)}"
-
-
-def discovery_cpu_seconds(hosts_file: str, calls: int = 5) -> float:
-    """CPU seconds (children's included) of one discovery call, made as the elastic
-    driver makes it: horovod.runner.elastic.discovery.HostDiscoveryScript runs the
-    command through the shell."""
-    from horovod.runner.elastic.discovery import HostDiscoveryScript
-    discovery = HostDiscoveryScript(discovery_command(hosts_file), slots=1)
-
-    def cpu_seconds():
-        own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                              resource.RUSAGE_CHILDREN))
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-    discovery.find_available_hosts_and_slots()  # imports done before the clock starts
-    start = cpu_seconds()
-    for _ in range(calls):
-        discovery.find_available_hosts_and_slots()
-    return (cpu_seconds() - start) / calls
 
 
 def throughput_run(name: str, variant: str, out_dir: str) -> dict:
@@ -164,20 +136,40 @@ class Lines:
         raise SystemExit(f"bench: no line matching {pattern!r} in {timeout} s")
 
 
-def worker_pid(rank: int) -> int:
-    """The pid of the hvd_mnist.main worker horovodrun started as `rank` (its environment's
-    HOROVOD_RANK: a worker's first rank, which is all the kill needs)."""
-    for entry in os.listdir("/proc"):
+def parent_pids() -> dict:
+    """{pid: its parent's pid} of every process /proc shows."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"/proc/{entry}/stat") as f:  # "pid (name) state ppid ..."
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return parents
+
+
+def worker_pid(rank: int, launcher: int) -> int:
+    """The pid of the hvd_mnist.main worker the launcher (horovodrun, pid `launcher`) started
+    as `rank` (its environment's HOROVOD_RANK: a worker's first rank, which is all the kill
+    needs); a worker of another job on the machine is not the launcher's descendant."""
+    parents = parent_pids()
+
+    def launched(pid: int) -> bool:
+        while pid > 1 and pid != launcher:
+            pid = parents.get(pid, 0)
+        return pid == launcher
+
+    for pid in filter(launched, parents):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            with open(f"/proc/{entry}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = f.read().split(b"\0")
-        except (FileNotFoundError, PermissionError, NotADirectoryError, ProcessLookupError):
+        except OSError:
             continue
         # argv, not a shell's one-string command line holding the same words
         if b"hvd_mnist.main" in argv and f"HOROVOD_RANK={rank}".encode() in environ:
-            return int(entry)
+            return pid
     raise SystemExit(f"bench: no hvd_mnist worker of rank {rank} found")
 
 
@@ -202,7 +194,7 @@ def recovery(out_dir: str) -> dict:
         lines = Lines(process, log)
         try:
             lines.wait_for(rf"epoch 1/\d+ step {COMMIT_EVERY + 1}/")  # after the first commit
-            os.kill(worker_pid(1), signal.SIGKILL)
+            os.kill(worker_pid(1, process.pid), signal.SIGKILL)
             killed = time.time()
             restarted_at, restart = lines.wait_for(START.format(start=2), killed)
             first_step_at, first = lines.wait_for(STEP, restarted_at)
@@ -247,9 +239,7 @@ def markdown(report: dict) -> str:
         f"{tables.figure(r['kill_to_first_step_seconds'])} s and first commit "
         f"{tables.figure(r['kill_to_first_commit_seconds'])} s after the kill, restarting "
         f"at epoch {r['restarted_at']['epoch']}, example {r['restarted_at']['position']}, "
-        f"on {r['restarted_at']['workers']} worker(s).", "",
-        f"Discovery: one call of tools/discover_hosts.sh the elastic driver's way (about one "
-        f"a second) took {report['discovery_cpu_seconds']:.3f} s of CPU.", ""])
+        f"on {r['restarted_at']['workers']} worker(s).", ""])
 
 
 def main(argv):
@@ -258,8 +248,6 @@ def main(argv):
     os.makedirs(out_dir, exist_ok=True)
     report = {"started": machine.now(), "machine": machine.description(),
               "run_flags": FLAGS.run_flags, "repeats": FLAGS.repeats,
-              "discovery_cpu_seconds": discovery_cpu_seconds(
-                  _hosts_env(out_dir)["HVD_MNIST_HOSTS_FILE"]),
               "throughput": throughput(out_dir), "recovery": recovery(out_dir)}
     tables.write(REPORT, report, markdown(report))
 

@@ -15,6 +15,15 @@ from tools.bench import steady_state
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_EXAMPLES = 60_000  # MNIST's training split
+# The PyTorch side's interpreter: make torch-venv makes its venv (tools/pins/torch.txt).
+TORCH_PYTHON = os.path.join(REPO_ROOT, ".venv-torch", "bin", "python")
+
+
+def torch_python() -> str:
+    """TORCH_PYTHON; SystemExit saying how to make it where it is missing."""
+    if not os.path.exists(TORCH_PYTHON):
+        raise SystemExit(f"bench: no PyTorch venv ({TORCH_PYTHON}); make torch-venv makes it")
+    return TORCH_PYTHON
 
 
 def steps_in_epoch(np_: int, batch_size: int) -> int:

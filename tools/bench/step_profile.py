@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from tools.bench import launch, machine, tables, torch_venv, versus
+from tools.bench import launch, machine, tables, versus
 
 TIMEOUT_SECONDS = 900
 WARMUP, REPEATS = 3, 15  # of each allreduce
@@ -368,7 +368,7 @@ def main(argv=None) -> None:
               flush=True)
         return
     profile = {"machine": machine.description(), "date": machine.now(),
-               **measure(torch_venv.ensure(), args.min_seconds)}
+               **measure(launch.torch_python(), args.min_seconds)}
     profile["load_average_after"] = os.getloadavg()[0]
     markdown_path = tables.write(args.out, profile, (
         f"{profile['machine']}, {profile['date']}; load average at the end "

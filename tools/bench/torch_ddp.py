@@ -3,8 +3,9 @@
 make bench sets it beside hvd_mnist (versus.py, whose DIFFERENCES says what is the same in
 both jobs and what differs).
 
-    torchrun --standalone --nproc_per_node=2 -m tools.bench.torch_ddp --data_dir=data/tfds \\
-        --out_dir=runs/torch --launch_unix_time=$(date +%s.%N) [--precision=mixed_bfloat16]
+    torchrun --standalone --nproc_per_node=2 -m tools.bench.torch_ddp \\
+        --arrays_dir=runs/bench/mnist_arrays --out_dir=runs/torch \\
+        --launch_unix_time=$(date +%s.%N) [--precision=mixed_bfloat16]
 
 Rank 0 writes out_dir/summary.json with the keys the bench reads of hvd_mnist's (timing,
 peak_rss_mib_per_rank, test_accuracy, ...) and prints it as one line, `RESULT_PREFIX{json}`.
@@ -20,6 +21,7 @@ import resource
 import socket
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -28,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hvd_mnist.data import order
 from hvd_mnist.outputs.timing import StepClock
-from tools.bench import mnist_numpy, steady_state
+from tools.bench import steady_state
 
 RESULT_PREFIX = "torch_ddp result: "
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -38,7 +40,8 @@ LEARNING_RATE = 0.001  # per worker: Adam's rate is this x workers
 
 def parse_flags(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default="data/tfds", help="The prepared mnist (make data).")
+    parser.add_argument("--arrays_dir", required=True, help="make data's decoded copy as .npy "
+                        "files (versus.write_arrays).")
     parser.add_argument("--out_dir", required=True, help="Where rank 0 writes the checkpoint "
                         "and summary.json.")
     parser.add_argument("--launch_unix_time", type=float, required=True,
@@ -66,6 +69,12 @@ def mnist_cnn() -> nn.Sequential:
             nn.init.xavier_uniform_(layer.weight)  # Keras's glorot_uniform: the same fans
             nn.init.zeros_(layer.bias)
     return model
+
+
+def load_split(arrays_dir: str, split: str):
+    """(uint8 images (n, 28, 28, 1), int64 labels (n,)) that versus.write_arrays wrote."""
+    return tuple(np.load(os.path.join(arrays_dir, f"{split}-{what}.npy"), allow_pickle=False)
+                 for what in ("images", "labels"))
 
 
 def batch(images, labels, indices):
@@ -105,8 +114,8 @@ def main(args) -> None:
     threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["LOCAL_WORLD_SIZE"]))
     torch.set_num_threads(threads)
 
-    train_images, train_labels = mnist_numpy.load_split(args.data_dir, "train")
-    test_images, test_labels = mnist_numpy.load_split(args.data_dir, "test")
+    train_images, train_labels = load_split(args.arrays_dir, "train")
+    test_images, test_labels = load_split(args.arrays_dir, "test")
     steps_indices = order.rank_batch_indices(
         order.epoch_permutation(SEED, 1, len(train_labels)), args.steps, args.batch_size,
         rank, size)

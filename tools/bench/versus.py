@@ -11,7 +11,10 @@ import json
 import os
 import pathlib
 import resource
+import subprocess
 import time
+
+import numpy as np
 
 from tools.bench import launch, steady_state, tables
 
@@ -31,13 +34,15 @@ def steps_for(np_: int) -> int:
 DIFFERENCES = """\
 What is the same in both jobs: the model's shapes and 1,199,882 weights, initialised as Keras \
 does (glorot_uniform, zero biases); Adam at 0.001 x workers with Keras's epsilon (1e-7); 128 \
-images per worker per step, 160 steps (117 at -np 4); the same decoded copy of MNIST, checked against the \
-same sha256s before the first step, in the same order on each rank; as many threads per \
+images per worker per step, 160 steps (117 at -np 4); the same decoded copy of MNIST, in the \
+same order on each rank; as many threads per \
 process as hvd_mnist's default (cores / workers on the host); the gradients' average over \
 the ranks (4.8 MB of float32) every step over Gloo; each rank evaluating its share of the \
 10,000 test images and the sums meeting; rank 0's checkpoint at the end. What differs: \
 hvd_mnist also averages each step's loss over the ranks and checks it is finite on every \
-rank, prefetches batches on a tf.data thread, broadcasts the optimizer's state with the \
+rank, checks the copy against make data's sha256s in every run (for PyTorch the bench \
+checks it once, when it writes the arrays the PyTorch job loads), prefetches batches on a \
+tf.data thread, broadcasts the optimizer's state with the \
 weights before step 1, and writes config.json, summary.json, TensorBoard events and a lock \
 on its model_dir; PyTorch reads the loss locally, gathers each batch on the training thread \
 and writes the checkpoint and summary.json. The loss is Keras's cross-entropy of the \
@@ -90,11 +95,33 @@ def run_example(np_, out_dir, idx_dir):
             "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
 
 
-def run_torch(np_, precision, out_dir, data_dir, torch_python):
+def write_arrays(data_dir: str, out_dir: str) -> str:
+    """Both splits of make data's decoded copy, as hvd_mnist's loader reads and checks them,
+    written as .npy files into out_dir/mnist_arrays for the PyTorch job, whose venv has no
+    TensorFlow to read the copy with (torch_ddp.load_split); that directory."""
+    from hvd_mnist.data import splits
+    arrays_dir = os.path.abspath(os.path.join(out_dir, "mnist_arrays"))
+    os.makedirs(arrays_dir, exist_ok=True)
+    for split in splits.SPLITS:
+        loaded = splits.load_split(data_dir, split)
+        np.save(os.path.join(arrays_dir, f"{split}-images.npy"), loaded.images)
+        np.save(os.path.join(arrays_dir, f"{split}-labels.npy"), loaded.labels)
+    return arrays_dir
+
+
+def versions(torch_python: str) -> dict:
+    """Python's, PyTorch's and numpy's versions in the PyTorch venv."""
+    out = subprocess.run([torch_python, "-c", "import sys, numpy, torch; print("
+                          "sys.version.split()[0], torch.__version__, numpy.__version__)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return dict(zip(("python", "torch", "numpy"), out))
+
+
+def run_torch(np_, precision, out_dir, arrays_dir, torch_python):
     name = f"torch_{precision}_np{np_}"
     run_dir = os.path.abspath(os.path.join(out_dir, name))
     launch_unix = time.time()
-    command = torchrun_command(np_, torch_python, f"--data_dir={os.path.abspath(data_dir)}",
+    command = torchrun_command(np_, torch_python, f"--arrays_dir={arrays_dir}",
                                f"--out_dir={run_dir}", f"--steps={steps_for(np_)}",
                                f"--batch_size={BATCH_SIZE}", f"--precision={precision}",
                                f"--launch_unix_time={launch_unix}")
@@ -125,22 +152,23 @@ def with_cpu_seconds(run) -> dict:
             + (after.ru_stime - before.ru_stime)}
 
 
-def programs(np_, precision, out_dir, data_dir, idx_dir, torch_python) -> dict:
+def programs(np_, precision, out_dir, data_dir, idx_dir, torch_python, arrays_dir) -> dict:
     """The runs of one round, in the order they take turns."""
     out = {}
     if precision == "float32":
         out["example"] = lambda: run_example(np_, out_dir, idx_dir)
     out["hvd_mnist"] = lambda: run_hvd_mnist(np_, precision, out_dir, data_dir)
     if torch_python:
-        out["torch"] = lambda: run_torch(np_, precision, out_dir, data_dir, torch_python)
+        out["torch"] = lambda: run_torch(np_, precision, out_dir, arrays_dir, torch_python)
     return out
 
 
 def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python=None) -> dict:
     """{"<precision>_np<N>": every run's figures, their medians, and hvd_mnist's over the
     example's and (with torch_python, the PyTorch venv's) PyTorch's}."""
+    arrays_dir = write_arrays(data_dir, out_dir) if torch_python else None
     for who, run in programs(nps[0], precisions[0], out_dir, data_dir, idx_dir,
-                             torch_python).items():
+                             torch_python, arrays_dir).items():
         print(f"warm-up: {who} {run()['wall_seconds']:.1f} s", flush=True)
     out = {}
     for precision in precisions:
@@ -148,7 +176,7 @@ def compare(nps, precisions, repeats, out_dir, data_dir, idx_dir, torch_python=N
             runs = {}
             for _ in range(repeats):
                 for who, run in programs(np_, precision, out_dir, data_dir, idx_dir,
-                                         torch_python).items():
+                                         torch_python, arrays_dir).items():
                     runs.setdefault(who, []).append(with_cpu_seconds(run))
                 print(f"{precision} np {np_}: " + ", ".join(
                     f"{who} {rs[-1]['wall_seconds']:.1f} s" for who, rs in runs.items()),
