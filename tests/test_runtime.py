@@ -82,11 +82,3 @@ def test_cpu_hosts_get_a_5ms_horovod_cycle_unless_the_user_chose_one():
     runtime.configure_cycle_time(has_gpu=True, environ=environ)  # Horovod's own 1 ms
     assert environ == {}
 
-
-def test_elastic_runs_negotiate_without_horovods_response_cache_unless_the_user_set_it():
-    environ = {}
-    runtime.configure_elastic_negotiation(environ)
-    assert environ == {"HOROVOD_CACHE_CAPACITY": "0"}
-    environ = {"HOROVOD_CACHE_CAPACITY": "1024"}
-    runtime.configure_elastic_negotiation(environ)
-    assert environ == {"HOROVOD_CACHE_CAPACITY": "1024"}

@@ -51,7 +51,6 @@ def start(config: config_lib.TrainConfig) -> Job:
 def start_process(config: config_lib.TrainConfig) -> Job:
     """`start` without any collective operation, so a worker joining an elastic job,
     whose peers are waiting in their state's sync, can run it alone."""
-    runtime.configure_elastic_negotiation()  # before start_horovod's hvd.init
     return open_job(config, *start_horovod(deterministic=config.deterministic,
                                            threads_per_rank=config.threads_per_rank))
 

@@ -50,16 +50,6 @@ def configure_cycle_time(has_gpu: bool, environ=os.environ) -> None:
         environ.setdefault("HOROVOD_CYCLE_TIME", CPU_CYCLE_TIME_MS)
 
 
-def configure_elastic_negotiation(environ=os.environ) -> None:
-    """Horovod's response cache off for an elastic run unless the user set
-    HOROVOD_CACHE_CAPACITY; must run before hvd.init. With it on, whenever a cycle time was
-    set (1 ms or 5 ms), the running worker crashed in Gloo at its first step with a joining
-    one, the two ranks running collectives of different sizes, in every run of
-    tests/test_elastic.py's joining test; with it off, in none. Why the cache breaks there
-    was not found (docs/elastic.md)."""
-    environ.setdefault("HOROVOD_CACHE_CAPACITY", "0")
-
-
 def init_horovod() -> Topology:
     hvd.init()
     return topology()
