@@ -183,16 +183,15 @@ def test_refuses_a_python_the_pins_do_not_list_and_writes_nothing(machine, versi
 
 def test_the_pytorch_venv_takes_the_python_its_own_pins_allow(machine):
     # make torch-venv: tools/pins/torch.txt allows 3.11 alone, where TF's would take 3.12.
+    torch_pins = {"PINS": str(ROOT / "tools" / "pins" / "torch.txt"), "FOR": "PyTorch's pins"}
     machine.on_path("3.12.4")
     python = machine.in_pyenv("3.11.7")
-    result = machine.run(env={"PINS": str(ROOT / "tools" / "pins" / "torch.txt"),
-                              "FOR": "PyTorch's pins"})
+    result = machine.run(env=torch_pins)
     assert result.returncode == 0, result.stderr
     assert first_line(result) == f"setup: Python 3.11.7 ({python})"
-    (python.parent / python.name).unlink()
-    machine.venv.joinpath("bin", "python").unlink()
-    assert refusal(machine.run(env={"PINS": str(ROOT / "tools" / "pins" / "torch.txt"),
-                                    "FOR": "PyTorch's pins"})).startswith(
+    python.unlink()
+    machine.venv.joinpath("bin", "python").unlink()  # no venv to keep its Python
+    assert refusal(machine.run(env=torch_pins)).startswith(
         "setup: no Python 3.11 on PATH or in pyenv for PyTorch's pins; install one")
 
 
