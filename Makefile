@@ -139,7 +139,8 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 # Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
 # and the same job in PyTorch DDP (in .venv-torch: torch-venv), each precision against the
 # machine's peak and one step taken apart beside PyTorch's, side by side;
-# reports/bench.json and .md (tools/bench/__main__.py).
+# reports/bench.json and .md (tools/bench/__main__.py). 55 min on the AVX2-only EPYC, 60 with
+# the set-up of a clean clone (reports/bench_epyc_avx2.md).
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
