@@ -104,7 +104,9 @@ test-long: $(SETUP_STAMP)
 # (.ci/run runs it where /proc/cpuinfo lists avx512f; on an AVX2-only CPU make test has run
 # them in it). There TensorFlow computes bfloat16 in its own (Eigen) kernels, since it hands
 # bfloat16 to oneDNN only where the CPU has AVX-512: TF_ENABLE_ONEDNN_OPTS=0 does the same
-# here, and the cap keeps whatever oneDNN still computes on its AVX2 kernels. Together they reproduced the AVX2-only EPYC's figures exactly (docs/precision.md).
+# here, and the cap keeps whatever oneDNN still computes on its AVX2 kernels. Together they
+# reproduced the AVX2-only EPYC's figures exactly, before and after hvd_mnist moved that
+# kind's float32 operations to oneDNN (worker/cpu_kernels.py; docs/precision.md).
 test-avx2-arithmetic: $(SETUP_STAMP)
 	TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest tests/test_precision_parity.py -k bfloat16
 

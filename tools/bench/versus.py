@@ -47,7 +47,10 @@ weights before step 1, and writes config.json, summary.json, TensorBoard events 
 on its model_dir; PyTorch reads the loss locally, gathers each batch on the training thread \
 and writes the checkpoint and summary.json. The loss is Keras's cross-entropy of the \
 softmax's probabilities against PyTorch's of the logits; the images are channels-last \
-against channels-first; dropout masks come from each framework's own generator. In \
+against channels-first; dropout masks come from each framework's own generator. hvd_mnist \
+asks TensorFlow for its oneDNN kernels (hvd_mnist/worker/cpu_kernels.py), which TensorFlow \
+turns on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; PyTorch runs \
+oneDNN's convolutions on any x86-64 CPU; Horovod's example runs TensorFlow's default. In \
 mixed_bfloat16 Keras computes every layer but the softmax in bfloat16 with float32 weights; \
 torch.autocast casts the convolutions' and dense layers' inputs and weights to bfloat16 and \
 runs the rest in float32. Why that is fair: both do the same arithmetic and move the same \
