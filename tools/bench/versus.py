@@ -49,8 +49,9 @@ and writes the checkpoint and summary.json. The loss is Keras's cross-entropy of
 softmax's probabilities against PyTorch's of the logits; the images are channels-last \
 against channels-first; dropout masks come from each framework's own generator. hvd_mnist \
 asks TensorFlow for its oneDNN kernels (hvd_mnist/worker/cpu_kernels.py), which TensorFlow \
-turns on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; PyTorch runs \
-oneDNN's convolutions on any x86-64 CPU; Horovod's example runs TensorFlow's default. In \
+turns on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, and Horovod's \
+example inherits that setting from the bench's environment, so both TensorFlow programs run \
+the same kernels; PyTorch runs oneDNN's convolutions on any x86-64 CPU. In \
 mixed_bfloat16 Keras computes every layer but the softmax in bfloat16 with float32 weights; \
 torch.autocast casts the convolutions' and dense layers' inputs and weights to bfloat16 and \
 runs the rest in float32. Why that is fair: both do the same arithmetic and move the same \
