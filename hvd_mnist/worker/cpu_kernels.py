@@ -3,7 +3,7 @@
 TensorFlow's Linux build turns its oneDNN operations on by itself only where the CPU has
 AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX (`DefaultOneDnnPolicy`, tensorflow/core/util/
 util.cc). Elsewhere, on the AVX2-only EPYC for one, it runs its own Eigen kernels, and there
-hvd_mnist's float32 step alone took 1.42x as long as with oneDNN's, the convolutions'
+hvd_mnist's float32 step alone took 1.43x as long as with oneDNN's, the convolutions'
 gradients most (reports/lever_onednn_epyc_avx2.md). PyTorch runs oneDNN's convolutions on
 those CPUs too.
 
