@@ -17,7 +17,7 @@ from hvd_mnist import train_flags  # noqa: E402
 from hvd_mnist.errors import CollectiveError, UserFacingError  # noqa: E402
 from hvd_mnist.outputs import ownership  # noqa: E402
 from hvd_mnist.training import preemption  # noqa: E402
-from hvd_mnist.worker import keras_compat  # noqa: E402
+from hvd_mnist.worker import garbage_collector, keras_compat  # noqa: E402
 
 
 def main(argv):
@@ -36,6 +36,7 @@ def main(argv):
         trainer = loop if config.mode == "custom" else keras_fit
         if config.elastic:
             from hvd_mnist.training import elastic as trainer
+        garbage_collector.freeze_loaded()  # TensorFlow, Horovod and the trainer are loaded
         trainer.train_and_evaluate(config)
     except preemption.Stopped as e:  # raised by every rank after the same step
         print(f"hvd_mnist: {e}", file=sys.stderr, flush=True)
@@ -62,6 +63,7 @@ def failed(error: UserFacingError, model_dir: str = "") -> int:
 
 
 def run():
+    garbage_collector.pause()  # until main() has loaded TensorFlow (garbage_collector.py)
     train_flags.define_flags()
     flags.adopt_module_key_flags(train_flags)  # --help lists them as this command's
     app.run(main)
