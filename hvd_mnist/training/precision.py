@@ -23,7 +23,7 @@ same step and halves the same scale. No extra collective is needed for the ranks
 import os
 
 from hvd_mnist import errors
-from hvd_mnist.worker import keras_compat
+from hvd_mnist.worker import cpu_kernels, keras_compat
 
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
                   "mixed_float16": "float16", "float64": "float64"}
@@ -136,7 +136,7 @@ def check_isa_cap(precision: str, has_gpu: bool, cpuinfo_path: str = "/proc/cpui
     """Raises UserFacingError where bfloat16 cannot run at all: oneDNN capped below its
     bfloat16 convolution on a CPU where TensorFlow hands bfloat16 to oneDNN."""
     cap = environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    onednn_opts = environ.get("TF_ENABLE_ONEDNN_OPTS", "1").lower() not in ("0", "false")
+    onednn_opts = environ.get(cpu_kernels.VARIABLE, "1").lower() not in ("0", "false")
     if (precision == "mixed_bfloat16" and not has_gpu and onednn_opts
             and cap in ISA_CAPS_WITHOUT_BFLOAT16_CONVOLUTION
             and "avx512f" in cpu_flags(cpuinfo_path)):
