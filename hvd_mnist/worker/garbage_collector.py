@@ -10,7 +10,7 @@ objects) is collected as usual.
 
 The worker's entry point (main.run) calls `pause()` first and main calls `freeze_loaded()`
 once TensorFlow and the trainer are imported. Measured on the AVX2-only EPYC,
-reports/lever_gc_freeze_epyc_avx2.md: at -np 2, 0.5 s less from launch to the first step and
+reports/lever_gc_freeze_epyc_avx2.md: at -np 2, 0.4 s less from launch to the first step and
 0.6 s less from the last step to the end, with the same weights and results.
 """
 
