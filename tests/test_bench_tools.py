@@ -177,6 +177,7 @@ def test_horovods_example_trains_on_the_prepared_data_and_reports_every_rank(tin
     for rank in (0, 1):
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert report["size"] == 2 and len(report["step_unix_times"]) == 21
+        assert report["loop_end_unix_time"] >= report["step_unix_times"][-1]
         assert report["peak_rss_mib"] > 100
     assert list(tmp_path.glob("checkpoints-1.index"))  # rank 0's checkpoint at the end
 

@@ -136,6 +136,22 @@ def test_the_report_says_what_differs_between_the_jobs():
     assert tables.ratio(0.9) in text
 
 
+def test_the_report_gives_each_rounds_wait_of_the_example_after_its_last_step():
+    comparison = comparison_of(1800, 2000)
+    comparison["float32_np2"]["runs"] = {"example": [{"end_wait_seconds": w}
+                                                     for w in (0.04, 31.26, 0.1)]}
+    comparison["mixed_bfloat16_np2"] = {"np": 2, "precision": "mixed_bfloat16", "median": {},
+                                        "runs": {"hvd_mnist": [{}]}}
+    text = "\n".join(versus.section({"repeats": 3, "comparison": comparison}))
+    assert "(the slowest rank, each round): -np 2: 0.0, 31.3, 0.1. Tens of seconds" in text
+
+
+def test_a_report_from_before_the_wait_was_recorded_leaves_it_out():
+    comparison = comparison_of(1800, 2000)
+    comparison["float32_np2"]["runs"] = {"example": [{"wall_seconds": 45.0}]}
+    assert versus.example_waits(comparison) is None
+
+
 @pytest.mark.long  # a torchrun -np 2 job: PyTorch's import and Gloo's start-up on each rank
 @needs_torch_venv
 def test_the_pytorch_job_trains_on_two_ranks_and_prints_its_figures(tiny_data_dir, tmp_path):

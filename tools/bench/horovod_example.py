@@ -7,8 +7,9 @@ master since), line for line but for:
   (data/cache/idx), read as quickly (both are gzip-compressed uint8 arrays);
 - `--steps` (the example's 10000 // size), so that the bench can ask for the images of an
   hvd_mnist run, and `--out_dir` for the checkpoint (not ./checkpoints);
-- instrumentation: the time of every finished step, and at exit, from every rank, a JSON
-  file with them and the process's peak RSS (`--out_dir/rank<R>.json`);
+- instrumentation: the time of every finished step and of the loop's end (when the
+  dataset's iterator has been deleted), and at exit, from every rank, a JSON file with them
+  and the process's peak RSS (`--out_dir/rank<R>.json`);
 - on Keras 3 the optimizer's `variables` is a list, not a method (Horovod takes Keras 3's
   variables with tools/horovod-patches/keras3-variables.patch; horovod#4290).
 
@@ -104,6 +105,7 @@ def main(argv):
 
         if batch % 10 == 0 and hvd.rank() == 0:
             print('Step #%d\tLoss: %.6f' % (batch, loss_value))
+    loop_end_unix_time = time.time()  # after the dataset's iterator was deleted
 
     # Horovod: save checkpoints only on worker 0 to prevent other workers from
     # corrupting it.
@@ -112,6 +114,7 @@ def main(argv):
 
     with open(os.path.join(args.out_dir, f'rank{hvd.rank()}.json'), 'w') as f:
         json.dump({'rank': hvd.rank(), 'size': hvd.size(), 'step_unix_times': step_unix_times,
+                   'loop_end_unix_time': loop_end_unix_time,
                    'peak_rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
                   f)
 

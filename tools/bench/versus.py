@@ -96,7 +96,9 @@ def run_example(np_, out_dir, idx_dir):
             "images_per_second": steady_state.images_per_second(
                 steady_state.windows_from_step_times(times, BATCH_SIZE * np_)),
             "launch_to_first_step_seconds": times[0] - launch_unix,
-            "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks)}
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in ranks),
+            "end_wait_seconds": max(r["loop_end_unix_time"] - r["step_unix_times"][-1]
+                                    for r in ranks)}
 
 
 def write_arrays(data_dir: str, out_dir: str) -> str:
@@ -249,6 +251,23 @@ def targets(comparison: dict) -> list:
     return lines
 
 
+def example_waits(comparison: dict):
+    """The line that gives, at each -np and round, how long the example's slowest rank took
+    from its last step to its loop's end; None for runs that did not record it."""
+    waits = []
+    for result in comparison.values():
+        runs = result.get("runs", {}).get("example", [])
+        if runs and all("end_wait_seconds" in run for run in runs):
+            waits.append(f"-np {result['np']}: "
+                         + ", ".join(f"{run['end_wait_seconds']:.1f}" for run in runs))
+    if not waits:
+        return None
+    return ("Horovod's example, seconds from its last step to the end of its loop, where its "
+            "dataset's iterator is deleted (the slowest rank, each round): " + "; ".join(waits)
+            + ". Tens of seconds there are tf.data's autotuner, which hvd_mnist turns off "
+            "(reports/example_autotune_wait_xeon_amx.md).")
+
+
 def section(report: dict) -> list:
     """The Markdown lines of this part: what ran, the table, and with PyTorch the targets
     and what differs between the jobs."""
@@ -258,6 +277,9 @@ def section(report: dict) -> list:
     lines = [f"hvd_mnist against {against}Horovod's example: {STEPS} steps of {BATCH_SIZE} "
              f"images per worker (at -np 4, {steps_for(4)}: one epoch), medians of {report['repeats']} alternating runs after a "
              "warm-up round.", "", table(report["comparison"])]
+    waits = example_waits(report["comparison"])
+    if waits:
+        lines += ["", waits]
     if v:
         lines += ["", *(f"- {line}" for line in targets(report["comparison"])), "", DIFFERENCES]
     return lines
