@@ -269,8 +269,8 @@ def example_waits(comparison: dict):
 
 
 def section(report: dict) -> list:
-    """The Markdown lines of this part: what ran, the table, and with PyTorch the targets
-    and what differs between the jobs."""
+    """The Markdown lines of this part: what ran, the table, the example's waits at its end,
+    and with PyTorch the targets and what differs between the jobs."""
     v = report.get("versions")
     against = (f"PyTorch DDP (PyTorch {v['torch']}, Python {v['python']}, torchrun, Gloo) and "
                if v else "")
