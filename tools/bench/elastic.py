@@ -1,7 +1,7 @@
 """make bench-elastic: what --elastic costs without a failure, and how fast it recovers from
 one, on one machine (docs/elastic.md, What it costs).
 
-    python -m tools.bench.elastic [--repeats=5]    (8 min on the AVX2-only EPYC)
+    python -m tools.bench.elastic [--repeats=5]    (8 min on the AVX2-only EPYC, bdd133f)
 
 Throughput: the same short custom-loop run at -np 2, "normal" and "elastic" (on two
 one-slot hosts, ELASTIC_HOSTS, with --threads_per_rank=1), taking turns so that a change in
@@ -106,70 +106,35 @@ def throughput(out_dir: str) -> dict:
     }
 
 
-class Lines:
-    """A job's output lines, each with the time.time() it was read at (a thread reads them
-    as they come), also written to a log file."""
-
-    def __init__(self, process, log):
-        self.process, self.seen = process, []
-        self._thread = threading.Thread(target=self._read, args=(log,), daemon=True)
-        self._thread.start()
-
-    def _read(self, log):
-        for line in self.process.stdout:
-            self.seen.append((time.time(), line))
-            log.write(line)
-            log.flush()
-
-    def wait_for(self, pattern: str, after: float = 0.0, timeout: float = 300):
-        """(time, match) of the first line read after `after` that matches `pattern`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for seen_at, line in list(self.seen):
-                match = re.search(pattern, line)
-                if seen_at > after and match:
-                    return seen_at, match
-            if self.process.poll() is not None and not self._thread.is_alive():
-                raise SystemExit(f"bench: the recovery run ended ({self.process.returncode}) "
-                                 f"before a line matching {pattern!r}")
-            time.sleep(0.02)
-        raise SystemExit(f"bench: no line matching {pattern!r} in {timeout} s")
+def logged(output, log):
+    """The lines of a job's output as they come, each also written to log."""
+    for line in output:
+        log.write(line)
+        yield line
 
 
-def parent_pids() -> dict:
-    """{pid: its parent's pid} of every process /proc shows."""
-    parents = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:  # "pid (name) state ppid ..."
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    return parents
+def next_match(lines, pattern: str):
+    """(time.time() when it was read, match) of the next of `lines` that matches pattern."""
+    for line in lines:
+        match = re.search(pattern, line)
+        if match:
+            return time.time(), match
+    raise SystemExit(f"bench: the recovery run ended before a line matching {pattern!r}")
 
 
 def worker_pid(rank: int, launcher: int) -> int:
     """The pid of the hvd_mnist.main worker the launcher (horovodrun, pid `launcher`) started
     as `rank` (its environment's HOROVOD_RANK: a worker's first rank, which is all the kill
     needs); a worker of another job on the machine is not the launcher's descendant."""
-    parents = parent_pids()
-
-    def launched(pid: int) -> bool:
-        while pid > 1 and pid != launcher:
-            pid = parents.get(pid, 0)
-        return pid == launcher
-
-    for pid in filter(launched, parents):
+    import psutil  # Horovod's dependency
+    for process in psutil.Process(launcher).children(recursive=True):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-        except OSError:
+            # argv, not a shell's one-string command line holding the same words
+            if ("hvd_mnist.main" in process.cmdline()
+                    and process.environ().get("HOROVOD_RANK") == str(rank)):
+                return process.pid
+        except psutil.Error:  # ended, or not ours to read
             continue
-        # argv, not a shell's one-string command line holding the same words
-        if b"hvd_mnist.main" in argv and f"HOROVOD_RANK={rank}".encode() in environ:
-            return pid
     raise SystemExit(f"bench: no hvd_mnist worker of rank {rank} found")
 
 
@@ -191,18 +156,24 @@ def recovery(out_dir: str) -> dict:
         process = subprocess.Popen(elastic_command(program), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, cwd=launch.REPO_ROOT,
                                    env=launch.environment(_hosts_env(out_dir)))
-        lines = Lines(process, log)
+        # A hung run is killed; Horovod's middlemen end its workers, and so its output.
+        watchdog = threading.Timer(FLAGS.timeout, process.kill)
+        watchdog.start()
         try:
-            lines.wait_for(rf"epoch 1/\d+ step {COMMIT_EVERY + 1}/")  # after the first commit
+            lines = logged(process.stdout, log)
+            next_match(lines, rf"epoch 1/\d+ step {COMMIT_EVERY + 1}/")  # after the first commit
             os.kill(worker_pid(1, process.pid), signal.SIGKILL)
             killed = time.time()
-            restarted_at, restart = lines.wait_for(START.format(start=2), killed)
-            first_step_at, first = lines.wait_for(STEP, restarted_at)
+            restarted_at, restart = next_match(lines, START.format(start=2))
+            first_step_at, first = next_match(lines, STEP)
             committed_step = int(first.group(2)) + COMMIT_EVERY - 1
-            first_commit_at, _ = lines.wait_for(
-                rf"epoch {first.group(1)}/\d+ step {committed_step + 1}/", first_step_at)
-            rc = process.wait(timeout=FLAGS.timeout)
+            first_commit_at, _ = next_match(
+                lines, rf"epoch {first.group(1)}/\d+ step {committed_step + 1}/")
+            for _ in lines:  # the rest of the run, into the log
+                pass
+            rc = process.wait()
         finally:
+            watchdog.cancel()
             if process.poll() is None:
                 process.kill()
                 process.wait()

@@ -101,6 +101,7 @@ def main(argv):
     tables.write(os.path.join(args.out, "scaling.json"), report, markdown(report))
     print(f"scaling: wrote {args.out}/scaling.md ({report['wall_seconds']:.0f} s)")
 
+
 def analyse(baseline, rows):
     for row in rows:
         row["efficiency"] = row["images_per_second"] / (2 * baseline["images_per_second"])
@@ -120,20 +121,17 @@ def analyse(baseline, rows):
 
 
 def delay_sentence(report):
-    shaped = {link: applied for link, applied in report["delay_applied"].items()
-              if link != "unlimited"}
-    if all(shaped.values()):
-        return f"and netem adds {report['delay']} of delay."
-    if not any(shaped.values()):
-        return (f"and no delay: the {report['delay']} asked for needs netem, which this "
-                "kernel does not have (tools/hosts.sh shape says so).")
-    return f"and netem's {report['delay']} of delay where it could be applied: {shaped}."
+    with_delay = [link for link, applied in report["delay_applied"].items() if applied]
+    if with_delay:
+        return f"and netem adds {report['delay']} of delay on {', '.join(with_delay)}."
+    return (f"and no delay: the {report['delay']} asked for needs netem, which this "
+            "kernel does not have (tools/hosts.sh shape says so).")
 
 
 def markdown(report):
     base = report["baseline_1_host_1_worker"]
     t = report["targets"]
-    lines = [
+    return "\n".join([
         "# Scaling over a slow network (make scaling)", "",
         f"{report['date']}, {report['machine']}; {report['wall_seconds']:.0f} s in all. Two "
         "hosts are network namespaces of tools/hosts.sh, each pinned to its own core (1 TF "
@@ -144,18 +142,17 @@ def markdown(report):
         f"1 host x 1 worker (same kind of 1-core host): {base['images_per_second']:.0f} "
         f"images/s, step {1000 * base['step_seconds']:.0f} ms. Efficiency = 2-host images/s / "
         "(2 x that).", "",
-        "| link | lever | images/s | step ms | efficiency |", "|---|---|---|---|---|"]
-    lines += [f"| {r['link']} | {r['lever']} | {r['images_per_second']:.0f} | "
-              f"{1000 * r['step_seconds']:.0f} | {100 * r['efficiency']:.0f}% |"
-              for r in report["rows"]]
-    lines += ["", "Targets:", "",
-              f"- 100 Mbit/s, best lever vs none: {t['100mbit_best_lever_vs_none']:.2f}x "
-              "(target >= 1.8x)",
-              f"- 1 Gbit/s, best lever vs unlimited link: "
-              f"{100 * t['1gbit_best_lever_vs_unlimited']:.0f}% of no lever there, "
-              f"{100 * t['1gbit_best_lever_vs_unlimited_best']:.0f}% of its best lever "
-              "(target >= 90%)", ""]
-    return "\n".join(lines)
+        tables.markdown(["link", "lever", "images/s", "step ms", "efficiency"],
+                        [[r["link"], r["lever"], f"{r['images_per_second']:.0f}",
+                          f"{1000 * r['step_seconds']:.0f}", f"{100 * r['efficiency']:.0f}%"]
+                         for r in report["rows"]]),
+        "", "Targets:", "",
+        f"- 100 Mbit/s, best lever vs none: {t['100mbit_best_lever_vs_none']:.2f}x "
+        "(target >= 1.8x)",
+        f"- 1 Gbit/s, best lever vs unlimited link: "
+        f"{100 * t['1gbit_best_lever_vs_unlimited']:.0f}% of no lever there, "
+        f"{100 * t['1gbit_best_lever_vs_unlimited_best']:.0f}% of its best lever "
+        "(target >= 90%)", ""])
 
 
 if __name__ == "__main__":
