@@ -141,8 +141,9 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 # Both training paths beside the step alone, time to 99%, hvd_mnist against Horovod's example
 # and the same job in PyTorch DDP (in .venv-torch: torch-venv), each precision against the
 # machine's peak and one step taken apart beside PyTorch's, side by side;
-# reports/bench.json and .md (tools/bench/__main__.py). 55 min on the AVX2-only EPYC, 60 with
-# the set-up of a clean clone (reports/bench_epyc_avx2.md).
+# reports/bench.json and .md (tools/bench/__main__.py). 37 min of bench on the AVX2-only
+# EPYC (reports/bench_epyc_avx2.md: 2,220 s), 44 on the AMX Xeon (bench_xeon_amx.md: 2,650 s),
+# making the PyTorch venv not included.
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
@@ -172,7 +173,7 @@ $(TORCH_STAMP): tools/pins/torch.txt
 
 # --elastic without a failure beside a normal run at -np 2, taking turns, then the time
 # from a worker's SIGKILL to the survivor's first commit; reports/elastic.md. 8 min on the
-# AVX2-only EPYC (reports/elastic.md).
+# AVX2-only EPYC (bdd133f's run).
 bench-elastic: $(SETUP_STAMP) $(DATA_STAMP)
 	$(BIN)/python -m tools.bench.elastic --data_dir=$(DATA_DIR)
 
