@@ -60,8 +60,8 @@ def define_flags():
     _choice("lr_schedule", "constant", "constant, or warmup_linear: linear warm-up over "
             "--warmup_epochs, then linear decay to 0 at the last step.")
     _number("warmup_epochs", 0.0, "Warm-up length for --lr_schedule=warmup_linear.")
-    flags.DEFINE_bool("dropout", True, "Use the model's dropout layers (off: deterministic "
-                      "model, for parity tests).")
+    flags.DEFINE_bool("dropout", True, "Use the model's dropout layers (off: no random masks, "
+                      "so a run's arithmetic depends on its data alone).")
     _integer("seed", 42, "Seeds weights, dropout and the data order.")
     _integer("backward_passes_per_step", 1, "Local batches whose mean gradient makes one "
              "allreduce and one update (gradient accumulation; an epoch is rounded down to "

@@ -19,11 +19,11 @@ import time
 import pytest
 
 from conftest import TINY_TRAIN, horovodrun, load_weights, max_abs_difference, trainer_command
+from tensorboard_events import read_scalars
 from elastic_jobs import (FLAGS, HOSTS, assert_every_example_once_per_epoch,
                           assert_export_reproduces_the_accuracy,
                           assert_finished_like_a_normal_run, finish, log_records,
                           read_example_log, start_elastic, wait_for, write_hosts)
-from hvd_mnist.outputs import tensorboard_log
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -70,7 +70,7 @@ def test_a_lost_worker_is_dropped_and_its_uncommitted_steps_redone(tiny_data_dir
     # Progress and TensorBoard as in a normal run, across the resize: epoch 2 is 4 steps
     # at 2 workers, then the rest (352 examples) in 22 steps of 16 at 1; epoch 3 is 30.
     assert "epoch 1/3 step 15/15: loss" in output and "epoch 3/3 step 30/30: loss" in output
-    scalars = tensorboard_log.read_scalars(str(tmp_path / "tensorboard"))
+    scalars = read_scalars(str(tmp_path / "tensorboard"))
     assert [step for step, _ in scalars["epoch/test_accuracy"]] == [1, 2, 3]
     assert max(step for step, _ in scalars["train/loss"]) == 15 + 26 + 30
 

@@ -3,6 +3,7 @@
 import horovod.tensorflow as hvd
 import pytest
 
+from tensorboard_events import read_scalars
 from hvd_mnist.outputs import tensorboard_log
 from hvd_mnist.errors import UserFacingError
 
@@ -26,7 +27,7 @@ def test_scalars_read_back_at_their_steps(tmp_path):
     board.epoch(record(2), learning_rate=0.25)
     board.close()
 
-    scalars = tensorboard_log.read_scalars(str(tmp_path / "tensorboard"))
+    scalars = read_scalars(str(tmp_path / "tensorboard"))
     assert scalars["train/loss"] == [(10, pytest.approx(0.1)), (20, pytest.approx(0.2)),
                                      (30, pytest.approx(0.3))]
     assert scalars["epoch/learning_rate"] == [(1, 0.5), (2, 0.25)]

@@ -13,8 +13,8 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from conftest import TINY_TEST
+from tensorboard_events import read_scalars
 from hvd_mnist import config as config_lib
-from hvd_mnist.outputs import tensorboard_log
 from hvd_mnist.training import loop
 
 
@@ -38,7 +38,7 @@ def test_one_rank_learns_the_tiny_digits_and_leaves_every_file(tiny_data_dir, tm
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-3")
     assert json.loads((model_dir / "export" / "hvd_mnist_export.json").read_text())[
         "epochs_run"] == 3
-    scalars = tensorboard_log.read_scalars(str(model_dir / "tensorboard"))
+    scalars = read_scalars(str(model_dir / "tensorboard"))
     assert [step for step, _ in scalars["epoch/test_accuracy"]] == [1, 2, 3]
     assert [step for step, _ in scalars["train/loss"]] == list(range(5, 46, 5))
     printed = capsys.readouterr().out

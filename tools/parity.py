@@ -29,13 +29,16 @@ def run_both(np_, data_dir, out_dir, timeout_seconds):
         model_dir = os.path.join(out_dir, mode)
         args = ["-m", "hvd_mnist.main", f"--mode={mode}", f"--data_dir={data_dir}",
                 f"--model_dir={model_dir}"]
-        rc, seconds = launch.job(np_, [sys.executable, *args],
-                                 os.path.join(out_dir, f"{mode}.log"), timeout_seconds)
+        command = launch.horovodrun_command(np_, [sys.executable, *args])
+        rc, seconds = launch.run_logged(command, os.path.join(out_dir, f"{mode}.log"),
+                                        timeout_seconds)
         if rc != 0:
             sys.exit(f"parity: the {mode} run failed ({rc}); see {out_dir}/{mode}.log")
+        # As it ran, without this checkout's paths to horovodrun and python.
+        shown = [os.path.basename(word) if word in (command[0], sys.executable) else word
+                 for word in command]
         results[mode] = {**launch.read_summary(model_dir), "launch_seconds": seconds,
-                         "command": "horovodrun -np %d -H localhost:%d python %s" % (
-                             np_, np_, " ".join(args))}
+                         "command": " ".join(shown)}
     return results
 
 

@@ -23,7 +23,7 @@ import time
 
 import tqdm
 
-from hvd_mnist.outputs import tensorboard_log
+from hvd_mnist.outputs import tensorboard_log, timing
 from hvd_mnist.worker import runtime
 
 # The bar asks for the loss (which waits for the step in flight) at most this often.
@@ -77,7 +77,7 @@ class LogWindow:
         now = self.clock()
         steps = step - self._step
         result = ((loss_sum - self._loss_sum) / steps,
-                  steps * self.images_per_step / max(now - self._start, 1e-9))
+                  timing.images_per_second(steps * self.images_per_step, now - self._start))
         self._start, self._step, self._loss_sum = now, step, loss_sum
         return result
 
@@ -145,7 +145,8 @@ class TrainingMonitor:
                                       or now - self._last_draw >= BAR_REDRAW_SECONDS):
             self._last_draw = now
             done = step - self.done_steps
-            images_per_second = done * self.images_per_step / max(now - self._epoch_start, 1e-9)
+            images_per_second = timing.images_per_second(done * self.images_per_step,
+                                                         now - self._epoch_start)
             self._bar.n = step
             self._bar.set_postfix_str(f"loss {loss_sum() / done:.4f}, "
                                       f"{images_per_second:.0f} images/s", refresh=False)

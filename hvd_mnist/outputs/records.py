@@ -27,7 +27,7 @@ def epoch_record(epoch: int, train_loss: float, test_metrics: dict, *, train_sec
     """
     return {"epoch": epoch, "train_loss": train_loss, **test_metrics,
             "train_seconds": train_seconds,
-            "images_per_second": images_trained / train_seconds}
+            "images_per_second": timing.images_per_second(images_trained, train_seconds)}
 
 
 def record_start(config: config_lib.TrainConfig, num_workers: int,
@@ -54,9 +54,12 @@ def record_start(config: config_lib.TrainConfig, num_workers: int,
 
 
 def summarize(job, history: list, first_epoch: int, wall_seconds: float,
-              clock: timing.StepClock, steps_done_before: int = 0, **extra) -> dict:
+              clock: timing.StepClock, steps_done_before: int = 0,
+              images_trained: int | None = None, **extra) -> dict:
     """The run's summary from its per-epoch records (see format_epoch); every rank calls it.
-    `steps_done_before`: steps of the first epoch done before a mid-epoch resume."""
+    `steps_done_before`: steps of the first epoch done before a mid-epoch resume.
+    `images_trained`: by default the steps x the global batch (an elastic run's epochs may
+    have run at several sizes, so it counts them itself)."""
     # One collective for each rank's memory and where it ran: on several hosts the
     # latter shows that local_rank/local_size (and so the thread count) were per host.
     gathered = hvd.allgather_object(
@@ -76,8 +79,9 @@ def summarize(job, history: list, first_epoch: int, wall_seconds: float,
         "global_batch_size": job.batching.global_batch_size,
         "wall_seconds": wall_seconds,
         "train_seconds": train_seconds,
-        "images_per_second": (steps * job.batching.global_batch_size / train_seconds
-                              if train_seconds else 0.0),
+        "images_per_second": timing.images_per_second(
+            steps * job.batching.global_batch_size if images_trained is None
+            else images_trained, train_seconds),
         "peak_rss_mib_per_rank": peak_rss_mib_per_rank,
         "ranks": ranks,
         "timing": clock.to_dict(),

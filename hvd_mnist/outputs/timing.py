@@ -11,6 +11,11 @@ import time
 WINDOW_STEPS = 20
 
 
+def images_per_second(images, seconds: float) -> float:
+    """The one way every figure of images/s is computed; 0.0 before any time has passed."""
+    return images / seconds if seconds > 0 else 0.0
+
+
 class StepClock:
 
     def __init__(self, images_per_step: int, window_steps: int = WINDOW_STEPS):
@@ -31,8 +36,8 @@ class StepClock:
         self._steps_in_window += 1
         if self._steps_in_window == self.window_steps:
             now = time.perf_counter()
-            self.window_images_per_second.append(
-                self.window_steps * self.images_per_step / (now - self._window_start))
+            self.window_images_per_second.append(images_per_second(
+                self.window_steps * self.images_per_step, now - self._window_start))
             self._window_start, self._steps_in_window = now, 0
 
     def to_dict(self) -> dict:

@@ -146,13 +146,12 @@ def _train(state: TrainingState, run: _Run) -> dict:
     summary = records.summarize(job, list(state.history), first_epoch=state.first_epoch,
                                 wall_seconds=time.perf_counter() - run.wall_start,
                                 clock=run.clock, mode="custom",
+                                images_trained=state.images_trained,
                                 train_step_traces=run.train_step.experimental_get_tracing_count())
     # Epochs may have run at several sizes: count what was trained, not steps x batch.
     summary.update(steps=state.train_steps,
                    elastic={"starts": state.starts, "commits": run.commits,
-                            "commit_seconds": run.commit_seconds},
-                   images_per_second=(state.images_trained / summary["train_seconds"]
-                                      if summary["train_seconds"] else 0.0))
+                            "commit_seconds": run.commit_seconds})
     hooks.close()
     job_lib.finish(summary, run.model, run.optimizer, model_dir=config.model_dir,
                    export=config.export)

@@ -100,7 +100,7 @@ def literal_epochs(epochs: int, size: int) -> int:
 def train_batches(job: job_lib.Job, epochs: int, *, seed: int, keras_literal: bool):
     """Every epoch's batches for this rank, one after the other: fit() consumes one dataset."""
     batch = job.batching.per_rank_batch_size
-    if keras_literal:  # --input=memory only (a flag validator says so)
+    if keras_literal:  # --input=memory only (config.py's rules refuse the others)
         # The example's workers shuffle the whole set independently.
         split = job.source.train_split
         orders = [splits.epoch_permutation(seed, epoch, len(split),
