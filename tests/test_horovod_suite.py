@@ -87,7 +87,7 @@ def test_every_stack_applies_the_same_patches_and_the_python_ones_can_be_toggled
     python_patches = ["elastic-discovery-subprocess.patch", "elastic-errors-raised.patch",
                       "keras3-variables.patch",
                       "keras3-keras-api.patch", "launcher-one-line.patch",
-                      "launcher-build-checks-recorded.patch"]
+                      "launcher-build-checks-recorded.patch", "launcher-gone-shell.patch"]
     for pins_file in stacks:
         names = [p.name for p in horovod_suite.patches_from_pins(pins_file)]
         assert names[-len(python_patches):] == python_patches, pins_file

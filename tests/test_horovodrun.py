@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -92,6 +94,25 @@ def test_missing_data_stops_the_job_before_horovod_starts(tmp_path):
         f"no prepared TFDS mnist 3.0.1 in '{tmp_path}/nonexistent'; prepare it with: make data "
         f"(or: python -m hvd_mnist.prepare --data_dir={tmp_path}/nonexistent)"))
     assert not (tmp_path / "model").exists()
+
+
+def test_a_worker_shell_that_ended_by_itself_is_ended_without_a_traceback(monkeypatch):
+    # When one worker fails, horovodrun ends every worker's shell, and another shell may
+    # have just ended by itself (every rank failing alike, as in the test above): psutil 6+
+    # then raises NoSuchProcess for its children. tools/horovod-patches/launcher-gone-shell.patch
+    import psutil
+    from horovod.runner.common.util import safe_shell_exec
+
+    shell = subprocess.Popen(["true"])
+    while psutil.Process(shell.pid).status() != psutil.STATUS_ZOMBIE:  # ended, not reaped
+        time.sleep(0.01)
+
+    def ended(process, recursive=False):
+        raise psutil.NoSuchProcess(process.pid)
+
+    monkeypatch.setattr(psutil.Process, "children", ended)
+    safe_shell_exec.terminate_executor_shell_and_children(shell.pid)  # raises unpatched
+    assert not psutil.pid_exists(shell.pid)  # and the shell is reaped, as before
 
 
 def run_on_damaged_data(data_dir, tmp_path, damage, damaged_file, *flags):
