@@ -55,11 +55,11 @@ def record_start(config: config_lib.TrainConfig, num_workers: int,
 
 def summarize(job, history: list, first_epoch: int, wall_seconds: float,
               clock: timing.StepClock, steps_done_before: int = 0,
-              images_trained: int | None = None, **extra) -> dict:
+              trained: tuple[int, int] | None = None, **extra) -> dict:
     """The run's summary from its per-epoch records (see format_epoch); every rank calls it.
     `steps_done_before`: steps of the first epoch done before a mid-epoch resume.
-    `images_trained`: by default the steps x the global batch (an elastic run's epochs may
-    have run at several sizes, so it counts them itself)."""
+    `trained`: (steps, images) where a trainer counts them itself (an elastic run's epochs
+    may have run at several sizes); by default the epochs' steps and steps x global batch."""
     # One collective for each rank's memory and where it ran: on several hosts the
     # latter shows that local_rank/local_size (and so the thread count) were per host.
     gathered = hvd.allgather_object(
@@ -68,7 +68,10 @@ def summarize(job, history: list, first_epoch: int, wall_seconds: float,
     ranks = [rank for rank, _ in gathered]
     peak_rss_mib_per_rank = [peak_rss_mib for _, peak_rss_mib in gathered]
     train_seconds = sum(r["train_seconds"] for r in history)
-    steps = len(history) * job.steps_per_epoch - steps_done_before
+    if trained is None:
+        steps = len(history) * job.steps_per_epoch - steps_done_before
+        trained = (steps, steps * job.batching.global_batch_size)
+    steps, images = trained
     final = ({k: history[-1][k] for k in ("test_loss", "test_accuracy", "test_examples")}
              if history else {})
     return {
@@ -79,9 +82,7 @@ def summarize(job, history: list, first_epoch: int, wall_seconds: float,
         "global_batch_size": job.batching.global_batch_size,
         "wall_seconds": wall_seconds,
         "train_seconds": train_seconds,
-        "images_per_second": timing.images_per_second(
-            steps * job.batching.global_batch_size if images_trained is None
-            else images_trained, train_seconds),
+        "images_per_second": timing.images_per_second(images, train_seconds),
         "peak_rss_mib_per_rank": peak_rss_mib_per_rank,
         "ranks": ranks,
         "timing": clock.to_dict(),

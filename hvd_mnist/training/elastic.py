@@ -146,12 +146,11 @@ def _train(state: TrainingState, run: _Run) -> dict:
     summary = records.summarize(job, list(state.history), first_epoch=state.first_epoch,
                                 wall_seconds=time.perf_counter() - run.wall_start,
                                 clock=run.clock, mode="custom",
-                                images_trained=state.images_trained,
-                                train_step_traces=run.train_step.experimental_get_tracing_count())
-    # Epochs may have run at several sizes: count what was trained, not steps x batch.
-    summary.update(steps=state.train_steps,
-                   elastic={"starts": state.starts, "commits": run.commits,
-                            "commit_seconds": run.commit_seconds})
+                                # Epochs may have run at several sizes: what was trained.
+                                trained=(state.train_steps, state.images_trained),
+                                train_step_traces=run.train_step.experimental_get_tracing_count(),
+                                elastic={"starts": state.starts, "commits": run.commits,
+                                         "commit_seconds": run.commit_seconds})
     hooks.close()
     job_lib.finish(summary, run.model, run.optimizer, model_dir=config.model_dir,
                    export=config.export)
