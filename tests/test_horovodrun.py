@@ -99,7 +99,8 @@ def test_missing_data_stops_the_job_before_horovod_starts(tmp_path):
 def test_a_worker_shell_that_ended_by_itself_is_ended_without_a_traceback(monkeypatch):
     # When one worker fails, horovodrun ends every worker's shell, and another shell may
     # have just ended by itself (every rank failing alike, as in the test above): psutil 6+
-    # then raises NoSuchProcess for its children. tools/horovod-patches/launcher-gone-shell.patch
+    # then raises NoSuchProcess for its children (tools/horovod-patches/launcher-gone-shell.patch
+    # takes such a shell as one without children).
     import psutil
     from horovod.runner.common.util import safe_shell_exec
 
