@@ -60,14 +60,17 @@ def test_the_pytorch_job_orders_the_examples_without_tensorflow():
 
 def test_the_pytorch_runs_result_is_the_line_rank_0_prints():
     summary = {"test_accuracy": 0.95, "images_per_second": 1200.0,
-               "peak_rss_mib_per_rank": [540.5, 530.0], "launch_to_first_step_seconds": 4.5}
+               "peak_rss_mib_per_rank": [540.5, 530.0], "launch_to_first_step_seconds": 4.5,
+               "timing": {"first_step_unix_time": 1000.0, "last_step_unix_time": 1013.0}}
     output = ("W1204 torchrun warning\n" + versus.RESULT_PREFIX + json.dumps(summary)
               + "\nother line\n")
     assert versus.parse_result(output) == summary
-    # The largest rank's memory.
+    # The largest rank's memory; the wall's end is what is left after the start and the
+    # steps: 20 - 4.5 - 13.
     assert versus.figures(summary, wall_seconds=20.0) == {
         "wall_seconds": 20.0, "images_per_second": 1200.0,
-        "launch_to_first_step_seconds": 4.5, "peak_rss_mib": 540.5, "test_accuracy": 0.95}
+        "launch_to_first_step_seconds": 4.5, "last_step_to_exit_seconds": 2.5,
+        "peak_rss_mib": 540.5, "test_accuracy": 0.95}
 
 
 def test_a_pytorch_run_without_its_line_stops_the_bench():
@@ -84,8 +87,8 @@ def test_the_pytorch_job_runs_under_the_pytorch_venvs_torchrun():
 def comparison_of(hvd_rate, torch_rate, hvd_wall=30.0, torch_wall=25.0):
     def run(rate, wall, accuracy=0.97):
         return {"wall_seconds": wall, "cpu_seconds": 2 * wall, "images_per_second": rate,
-                "launch_to_first_step_seconds": 5.0, "peak_rss_mib": 850.0,
-                "test_accuracy": accuracy}
+                "launch_to_first_step_seconds": 5.0, "last_step_to_exit_seconds": 2.0,
+                "peak_rss_mib": 850.0, "test_accuracy": accuracy}
     medians = {"example": {k: v for k, v in run(1900, 45.0).items() if k != "test_accuracy"},
                "hvd_mnist": run(hvd_rate, hvd_wall), "torch": run(torch_rate, torch_wall)}
     from tools.bench import steady_state
@@ -99,11 +102,13 @@ def comparison_of(hvd_rate, torch_rate, hvd_wall=30.0, torch_wall=25.0):
 def test_the_pytorch_rows_are_set_out_as_part_5s_with_the_ratios():
     text = versus.table(comparison_of(hvd_rate=1800, torch_rate=2000))
     assert text.splitlines()[0] == ("| -np | run | whole process s | CPU s | steady images/s | "
-                                    "launch to 1st step s | peak RSS MiB/rank | test accuracy |")
-    assert "| 2 | Horovod's example | 45.0 | 90.0 | 1900 | 5.00 | 850 | – |" in text
-    assert "| 2 | hvd_mnist | 30.0 | 60.0 | 1800 | 5.00 | 850 | 97.00% |" in text
-    assert "| 2 | PyTorch DDP | 25.0 | 50.0 | 2000 | 5.00 | 850 | 97.00% |" in text
-    assert "| 2 | **hvd_mnist / PyTorch** | 1.20× | 1.20× | 0.900× | 1.00× | 1.00× |  |" in text
+                                    "launch to 1st step s | last step to exit s | "
+                                    "peak RSS MiB/rank | test accuracy |")
+    assert "| 2 | Horovod's example | 45.0 | 90.0 | 1900 | 5.00 | 2.00 | 850 | – |" in text
+    assert "| 2 | hvd_mnist | 30.0 | 60.0 | 1800 | 5.00 | 2.00 | 850 | 97.00% |" in text
+    assert "| 2 | PyTorch DDP | 25.0 | 50.0 | 2000 | 5.00 | 2.00 | 850 | 97.00% |" in text
+    assert ("| 2 | **hvd_mnist / PyTorch** | 1.20× | 1.20× | 0.900× | 1.00× | 1.00× | 1.00× "
+            "|  |") in text
     assert "| 2 | **hvd_mnist / example** | 0.667× |" in text
 
 

@@ -76,7 +76,8 @@ def train(name: str, np_: int, flags: list, data_dir: str, out_dir: str,
           timeout_seconds: float) -> dict:
     """`python -m hvd_mnist.main --model_dir=out_dir/name flags...` on np_ ranks, logged to
     out_dir/name.log, and what the bench reads of its summary.json: steady images/s, peak
-    RSS per rank, seconds from launch to rank 0's first step. Exits with one line if it fails."""
+    RSS per rank, seconds from launch to rank 0's first step and from its last step to the
+    job's exit. Exits with one line if it fails."""
     model_dir = os.path.abspath(os.path.join(out_dir, name))
     log_path = os.path.join(out_dir, f"{name}.log")
     program = python_module("hvd_mnist.main", f"--data_dir={os.path.abspath(data_dir)}",
@@ -92,4 +93,5 @@ def train(name: str, np_: int, flags: list, data_dir: str, out_dir: str,
         "images_per_second": steady_state.images_per_second(timing["window_images_per_second"]),
         "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
         "launch_to_first_step_seconds": timing["first_step_unix_time"] - launch_unix,
+        "last_step_to_exit_seconds": launch_unix + seconds - timing["last_step_unix_time"],
     }
