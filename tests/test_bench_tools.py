@@ -6,6 +6,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -210,6 +212,17 @@ def test_a_report_names_the_arithmetic_settings_its_runs_had():
     assert bench.command_line(["--parts=torch"], environ) == (
         "ONEDNN_MAX_CPU_ISA=AVX2 python -m tools.bench --parts=torch")
     assert bench.command_line([], {}) == "python -m tools.bench"
+
+
+def test_a_report_does_not_name_the_setting_hvd_mnist_makes_for_itself():
+    # Importing hvd_mnist turns TensorFlow's oneDNN kernels on by setting
+    # TF_ENABLE_ONEDNN_OPTS; a bench started without it must not report it as given.
+    environ = {k: v for k, v in os.environ.items() if k not in bench.ARITHMETIC_ENV}
+    program = ("import tools.bench.__main__ as b, hvd_mnist.worker.cpu_kernels as c; "
+               "c.prefer_onednn(); print(b.command_line([], b.GIVEN_ENVIRONMENT))")
+    out = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True,
+                         text=True, check=True, cwd=launch.REPO_ROOT).stdout
+    assert out.strip() == "python -m tools.bench"
 
 
 class NoBoard:

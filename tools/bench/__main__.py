@@ -17,6 +17,9 @@ import shlex
 import sys
 import time
 
+# The environment as given, for the report's command: importing hvd_mnist sets
+# TF_ENABLE_ONEDNN_OPTS for itself (hvd_mnist/worker/cpu_kernels.py), which the user did not.
+GIVEN_ENVIRONMENT = dict(os.environ)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
@@ -81,7 +84,7 @@ def main(argv):
     versus_torch = torch_python if "torch" in args.parts else None
     # The command as given: a partial run's report says which parts, -np and repeats it had.
     results = {"machine": machine.description(), "date": machine.now(), "parts": args.parts,
-               "command": command_line(sys.argv[1:], os.environ)}
+               "command": command_line(sys.argv[1:], GIVEN_ENVIRONMENT)}
     # Each precision's step alone first: one far slower than float32 here (bfloat16 without
     # its instructions, as on the AVX2-only machines) is left out of every part.
     if {"paths", "accuracy", "torch", "limit"} & set(args.parts):
