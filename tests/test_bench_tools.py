@@ -153,11 +153,13 @@ def test_a_report_names_the_cpus_vector_unit(cpu_flags, unit):
 
 def test_the_cpu_is_read_from_proc_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
-                       "flags\t\t: fpu avx2 avx512f amx_tile\n")
-    assert machine.cpu(str(cpuinfo)) == {"model": "Intel(R) Xeon(R) Processor",
-                                         "vector_unit": "AVX-512 + AMX"}
-    assert machine.cpu(str(tmp_path / "absent"))["model"] == "unknown CPU"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\n"
+                       "model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+                       "processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
+    assert machine.cpu(str(cpuinfo)) == {"model": "AMD EPYC", "family": "family 26 model 2",
+                                         "vector_unit": "AVX-512 + BF16"}
+    absent = machine.cpu(str(tmp_path / "absent"))
+    assert absent == {"model": "unknown CPU", "family": "", "vector_unit": "no AVX2"}
 
 
 def test_ratios_cover_the_numbers_both_sides_hold():

@@ -1,6 +1,7 @@
-"""What every report says about where it was measured: the CPU by model name and vector
-unit (the same model name runs about 2x faster with AVX-512 than AVX2-only), cores,
-memory, kernel, and the time."""
+"""What every report says about where it was measured: the CPU by model name, family and
+vector unit (the same model name runs about 2x faster with AVX-512 than AVX2-only, and a
+virtual machine's "AMD EPYC" hides its generation, which the family tells), cores, memory,
+kernel, and the time."""
 
 import datetime
 import os
@@ -18,17 +19,21 @@ def vector_unit(cpu_flags) -> str:
 
 
 def cpu(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
-    """{"model": ..., "vector_unit": ...}, "unknown" where /proc/cpuinfo says nothing."""
-    model, flags = "unknown CPU", []
+    """{"model": ..., "family": ..., "vector_unit": ...} of the first processor;
+    "unknown" where /proc/cpuinfo says nothing. The family is x86's "cpu family" and
+    "model" numbers (AMD's 25 is Zen 3 and 4, 26 Zen 5), "" where it has none."""
+    fields = {}
     try:
         with open(cpuinfo_path) as f:
-            lines = f.read().splitlines()
-        model = next(line.split(":", 1)[1].strip() for line in lines
-                     if line.startswith("model name"))
-        flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
-    except (OSError, StopIteration):
+            for line in f.read().splitlines():
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
         pass
-    return {"model": model, "vector_unit": vector_unit(flags)}
+    family = (f"family {fields['cpu family']} model {fields['model']}"
+              if "cpu family" in fields and "model" in fields else "")
+    return {"model": fields.get("model name", "unknown CPU"), "family": family,
+            "vector_unit": vector_unit(fields.get("flags", "").split())}
 
 
 def description() -> str:
@@ -37,8 +42,9 @@ def description() -> str:
     above their number of ranks, other work shared the machine."""
     processor = cpu()
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    line = (f"{len(os.sched_getaffinity(0))} cores ({processor['model']}, "
-            f"{processor['vector_unit']}), {memory_gib:.0f} GiB, "
+    names = [processor["model"], processor["family"], processor["vector_unit"]]
+    line = (f"{len(os.sched_getaffinity(0))} cores ({', '.join(n for n in names if n)}), "
+            f"{memory_gib:.0f} GiB, "
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
     return line + f", load average {os.getloadavg()[0]:.1f}"
 
