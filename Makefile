@@ -143,7 +143,7 @@ parity: $(SETUP_STAMP) $(DATA_STAMP)
 # machine's peak and one step taken apart beside PyTorch's, side by side;
 # reports/bench.json and .md (tools/bench/__main__.py). 37 min of bench on the AVX2-only
 # EPYC (reports/bench_epyc_avx2.md: 2,220 s), 36 on the AMX Xeon (bench_xeon_amx.md: 2,150 s),
-# not counting the making of the PyTorch venv.
+# 28 on the AVX-512 EPYC (bench.md: 1,679 s), not counting the making of the PyTorch venv.
 bench: $(SETUP_STAMP) $(DATA_STAMP) $(TORCH_STAMP)
 	$(BIN)/python -m tools.bench --data_dir=$(DATA_DIR)
 
