@@ -66,8 +66,8 @@ def test_the_pytorch_runs_result_is_the_line_rank_0_prints():
               + "\nother line\n")
     assert versus.parse_result(output) == summary
     # The largest rank's memory; the wall's end is what is left after the start and the
-    # steps: 20 - 4.5 - 13.
-    assert versus.figures(summary, wall_seconds=20.0) == {
+    # steps: 20 - 4.5 - 13, the job having been launched 4.5 s before its first step.
+    assert versus.figures(summary, launch_unix=995.5, wall_seconds=20.0) == {
         "wall_seconds": 20.0, "images_per_second": 1200.0,
         "launch_to_first_step_seconds": 4.5, "last_step_to_exit_seconds": 2.5,
         "peak_rss_mib": 540.5, "test_accuracy": 0.95}

@@ -73,13 +73,11 @@ def parse_result(output: str) -> dict:
     return launch.last_json_line(output, RESULT_PREFIX)
 
 
-def figures(summary: dict, wall_seconds: float) -> dict:
+def figures(summary: dict, launch_unix: float, wall_seconds: float) -> dict:
     """The row of one PyTorch run from its summary: what run_hvd_mnist reads of hvd_mnist's."""
-    timing = summary["timing"]
-    steps_seconds = timing["last_step_unix_time"] - timing["first_step_unix_time"]
     return {"wall_seconds": wall_seconds, "peak_rss_mib": max(summary["peak_rss_mib_per_rank"]),
-            "last_step_to_exit_seconds": (wall_seconds - summary["launch_to_first_step_seconds"]
-                                          - steps_seconds),
+            "last_step_to_exit_seconds": (launch_unix + wall_seconds
+                                          - summary["timing"]["last_step_unix_time"]),
             **{key: summary[key] for key in ("images_per_second", "launch_to_first_step_seconds",
                                              "test_accuracy")}}
 
@@ -141,7 +139,7 @@ def run_torch(np_, precision, out_dir, arrays_dir, torch_python):
     if rc != 0:
         raise SystemExit(f"versus: the PyTorch job failed ({rc}); see {log_path}")
     with open(log_path) as log:
-        return figures(parse_result(log.read()), seconds)
+        return figures(parse_result(log.read()), launch_unix, seconds)
 
 
 def run_hvd_mnist(np_, precision, out_dir, data_dir):
